@@ -1,0 +1,70 @@
+"""mmdcs: differentiable channel selection for vision transformers (OpenMMLab 2.x plugin).
+
+The environment of this repository is set up by ``make setup`` (tools/setup_env.sh), which
+builds mmcv 2.1.0 from source for torch 2.14 and installs this package in editable mode.
+"""
+import os
+import os.path as osp
+import shutil
+import sys
+
+from setuptools import find_packages, setup
+
+HERE = osp.dirname(osp.abspath(__file__))
+
+
+def read_requirements(name):
+    """Requirement lines of requirements/<name>.txt (comments and blanks dropped)."""
+    lines = []
+    with open(osp.join(HERE, 'requirements', name)) as f:
+        for line in f:
+            line = line.split('#', 1)[0].strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def version():
+    scope = {}
+    with open(osp.join(HERE, 'mmdcs', 'version.py')) as f:
+        exec(f.read(), scope)
+    return scope['__version__']
+
+
+def add_mim_extension():
+    """Ship configs/ and tools/ inside the package as mmdcs/.mim/ (what `mim` reads), as mmdet
+    and mmpretrain do: copied into wheels and sdists."""
+    if not ('sdist' in sys.argv or 'bdist_wheel' in sys.argv):
+        return
+    mim_path = osp.join(HERE, 'mmdcs', '.mim')
+    os.makedirs(mim_path, exist_ok=True)
+    for name in ('configs', 'tools'):
+        tar = osp.join(mim_path, name)
+        if osp.lexists(tar):
+            shutil.rmtree(tar) if osp.isdir(tar) and not osp.islink(tar) else os.remove(tar)
+        shutil.copytree(osp.join(HERE, name), tar,
+                        ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+
+
+if __name__ == '__main__':
+    add_mim_extension()
+    setup(
+        name='mmdcs',
+        version=version(),
+        description='Differentiable channel selection (DCS, KCR) for vision transformers, '
+        'an OpenMMLab 2.x plugin',
+        long_description=open(osp.join(HERE, 'README.md')).read(),
+        long_description_content_type='text/markdown',
+        python_requires='>=3.8',
+        packages=find_packages(include=['mmdcs', 'mmdcs.*']),
+        include_package_data=True,
+        package_data={'mmdcs': ['.mim/configs/**/*', '.mim/tools/**/*']},
+        install_requires=['torch>=2.0', 'torchvision', 'mmcv>=2.0.0,<2.2.0'] +
+        read_requirements('runtime.txt'),
+        extras_require={
+            'tests': read_requirements('tests.txt'),
+            'all': read_requirements('tests.txt'),
+        },
+        license='Apache-2.0',
+        zip_safe=False,
+    )

@@ -1,0 +1,107 @@
+"""Evaluate a checkpoint with an mmpretrain, mmdet or mmseg config (mmdcs modules registered).
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl]
+                         [--show-dir DIR] [--tta] [--amp] [--cfg-options k=v ...]
+                         [--launcher none|pytorch|slurm|mpi]
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import ConfigDict, DictAction
+
+from mmdcs.utils.launch import (UserError, build_runner, check_data_paths, load_config,
+                                prepare_task, set_work_dir, setup_cpu_distributed, user_errors)
+
+#: visualization hook of each task, for --show-dir
+VIS_HOOKS = {'mmpretrain': 'VisualizationHook', 'mmdcs': 'VisualizationHook',
+             'mmdet': 'DetVisualizationHook', 'mmseg': 'SegVisualizationHook'}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Test (evaluate) a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the directory to save the metrics file')
+    parser.add_argument('--out', help='dump the raw predictions to this pickle file')
+    parser.add_argument('--metrics-out', help='write the final metrics to this JSON file')
+    parser.add_argument('--show-dir', help='save painted predictions to this directory '
+                        '(relative to the run\'s log directory)')
+    parser.add_argument('--tta', action='store_true',
+                        help='test-time augmentation (needs tta_model and tta_pipeline in the '
+                        'config)')
+    parser.add_argument('--amp', action='store_true', help='fp16 inference')
+    parser.add_argument('--no-pin-memory', action='store_true')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def merge_args(cfg, args, scope):
+    cfg.launcher = args.launcher
+    set_work_dir(cfg, args.config, args.work_dir)
+    if not osp.isfile(args.checkpoint):
+        raise UserError(f'checkpoint not found: {args.checkpoint}')
+    cfg.load_from = args.checkpoint
+    cfg.resume = False
+    if args.show_dir:
+        hook = VIS_HOOKS[scope]
+        cfg.default_hooks = cfg.get('default_hooks', ConfigDict())
+        vis = cfg.default_hooks.get('visualization', None) or dict(type=hook)
+        vis.update(enable=True, out_dir=args.show_dir) if scope in ('mmpretrain', 'mmdcs') \
+            else vis.update(draw=True, test_out_dir=args.show_dir)
+        cfg.default_hooks.visualization = vis
+    if args.tta:
+        if 'tta_model' not in cfg or 'tta_pipeline' not in cfg:
+            raise UserError('--tta needs `tta_model` and `tta_pipeline` in the config')
+        cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
+        test_ds = cfg.test_dataloader.dataset
+        while 'dataset' in test_ds:
+            test_ds = test_ds['dataset']
+        test_ds.pipeline = cfg.tta_pipeline
+    if args.amp:
+        cfg.test_cfg = cfg.get('test_cfg', None) or ConfigDict(type='TestLoop')
+        cfg.test_cfg.fp16 = True
+    if args.no_pin_memory and cfg.get('test_dataloader', None) is not None:
+        cfg.test_dataloader.pin_memory = False
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with user_errors():
+        cfg = load_config(args.config)
+        scope = prepare_task(cfg)
+        cfg = merge_args(cfg, args, scope)
+        check_data_paths(cfg, ('test_dataloader', ))
+        setup_cpu_distributed(cfg)
+        runner = build_runner(cfg)
+        if args.out:
+            if not args.out.endswith(('.pkl', '.pickle')):
+                raise UserError('--out must be a .pkl or .pickle file')
+            from mmengine.evaluator import DumpResults
+            runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
+        metrics = runner.test()
+        if args.metrics_out and runner.rank == 0:
+            import json
+            with open(args.metrics_out, 'w') as f:
+                json.dump({k: float(v) for k, v in metrics.items()}, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,109 @@
+"""Train an mmpretrain, mmdet or mmseg config (with mmdcs modules registered).
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp] [--auto-scale-lr]
+                          [--cfg-options k=v ...] [--launcher none|pytorch|slurm|mpi]
+
+The task is read from the config's ``default_scope``; everything trains through mmengine's
+Runner, as in mmpretrain's and mmdet's ``tools/train.py`` (same arguments).
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+from copy import deepcopy
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import ConfigDict, DictAction
+
+from mmdcs.utils.launch import (UserError, build_runner, check_data_paths, enable_amp,
+                                load_config, prepare_task, set_work_dir, setup_cpu_distributed,
+                                user_errors)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model (mmpretrain/mmdet/mmseg config)')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--resume', nargs='?', type=str, const='auto',
+        help='resume from this checkpoint; without a path, resume from the latest checkpoint '
+        'in the work directory')
+    parser.add_argument('--amp', action='store_true', help='automatic mixed precision (CUDA)')
+    parser.add_argument('--no-validate', action='store_true',
+                        help='do not evaluate checkpoints during training')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the lr by (actual batch size / auto_scale_lr.base_batch_size)')
+    parser.add_argument('--no-pin-memory', action='store_true',
+                        help='disable pin_memory in the dataloaders')
+    parser.add_argument('--no-persistent-workers', action='store_true',
+                        help='disable persistent_workers in the dataloaders')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value (e.g. train_cfg.max_epochs=2)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def merge_args(cfg, args):
+    """Apply the command line to the config (mmpretrain's rules)."""
+    if args.no_validate:
+        cfg.val_cfg = None
+        cfg.val_dataloader = None
+        cfg.val_evaluator = None
+    cfg.launcher = args.launcher
+    set_work_dir(cfg, args.config, args.work_dir)
+    if args.amp:
+        enable_amp(cfg)
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        if not osp.isfile(args.resume):
+            raise UserError(f'--resume: checkpoint not found: {args.resume}')
+        cfg.resume = True
+        cfg.load_from = args.resume
+    if args.auto_scale_lr:
+        if 'auto_scale_lr' not in cfg or 'base_batch_size' not in cfg.auto_scale_lr:
+            raise UserError('--auto-scale-lr needs `auto_scale_lr = dict(base_batch_size=N)` '
+                            'in the config')
+        cfg.auto_scale_lr.enable = True
+
+    default_loader = ConfigDict(pin_memory=True, persistent_workers=True)
+    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if cfg.get(field, None) is None:
+            continue
+        loader = deepcopy(default_loader)
+        loader.update(cfg[field])
+        if args.no_pin_memory:
+            loader['pin_memory'] = False
+        if args.no_persistent_workers or loader.get('num_workers', 0) == 0:
+            loader['persistent_workers'] = False
+        cfg[field] = loader
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with user_errors():
+        cfg = load_config(args.config)
+        prepare_task(cfg)
+        cfg = merge_args(cfg, args)
+        check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
+        setup_cpu_distributed(cfg)
+        runner = build_runner(cfg)
+        runner.train()
+
+
+if __name__ == '__main__':
+    main()
