@@ -1,0 +1,3 @@
+from .version import __version__
+
+__all__ = ['__version__']

@@ -1,0 +1,42 @@
+"""Shared fixtures: a tiny digits dataset built once per test session (per xdist worker)."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+# tests run two at a time on two cores: one thread each
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+os.environ.setdefault('MKL_NUM_THREADS', '1')
+
+
+@pytest.fixture(scope='session')
+def tiny_digits(tmp_path_factory):
+    """A small real digits dataset (20 images per class, 12 + 6 scenes) in a temp dir."""
+    from mmdcs.datasets.digits import build_classification, build_scenes
+    out = tmp_path_factory.mktemp('digits')
+    build_classification(str(out), size=64, seed=0, max_per_class=20)
+    build_scenes(str(out), canvas=128, scenes_train=12, scenes_val=6, seed=0)
+    return str(out)
+
+
+def _run_tool(args, timeout=600, env=None, cwd=ROOT):
+    """Run a repository tool with this interpreter; returns the CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable] + list(args), cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture
+def run_tool():
+    """``run_tool(['tools/train.py', ...])``: a tool of the repository in a subprocess."""
+    return _run_tool
+
+
+@pytest.fixture
+def repo_root():
+    return ROOT

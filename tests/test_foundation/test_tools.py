@@ -1,0 +1,108 @@
+"""tools/train.py, tools/test.py and tools/dist_train.sh on the digits data, and their errors."""
+import json
+import os.path as osp
+
+import pytest
+
+
+CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
+
+
+def _data_opts(root, epochs=1):
+    cls = osp.join(root, 'cls')
+    return [f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
+            f'test_dataloader.dataset.data_root={cls}', f'train_cfg.max_epochs={epochs}',
+            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+            'test_dataloader.num_workers=0', 'default_hooks.logger.interval=1']
+
+
+@pytest.mark.xdist_group('train')
+def test_train_test_and_resume(tiny_digits, tmp_path, run_tool):
+    work = str(tmp_path / 'work')
+    proc = run_tool(['tools/train.py', CFG, '--work-dir', work, '--cfg-options'] +
+                    _data_opts(tiny_digits, epochs=1))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert osp.isfile(osp.join(work, 'epoch_1.pth'))
+
+    # resume from the latest checkpoint in the work dir and train one more epoch
+    proc = run_tool(['tools/train.py', CFG, '--work-dir', work, '--resume', '--cfg-options'] +
+                    _data_opts(tiny_digits, epochs=2))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = proc.stdout + proc.stderr
+    assert 'resumed epoch: 1' in log, log[-3000:]
+    assert osp.isfile(osp.join(work, 'epoch_2.pth'))
+
+    metrics = str(tmp_path / 'metrics.json')
+    proc = run_tool(['tools/test.py', CFG, osp.join(work, 'epoch_2.pth'), '--work-dir', work,
+                     '--metrics-out', metrics, '--cfg-options'] + _data_opts(tiny_digits))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    top1 = json.load(open(metrics))['accuracy/top1']
+    assert 0 <= top1 <= 100
+
+
+@pytest.mark.xdist_group('train')
+def test_dist_train_two_processes_gloo(tiny_digits, tmp_path, repo_root):
+    """DDP on the CPU: 2 processes, gloo, through tools/dist_train.sh."""
+    import subprocess
+    import sys
+    work = str(tmp_path / 'ddp')
+    env_path = osp.dirname(sys.executable)
+    cmd = ['bash', 'tools/dist_train.sh', CFG, '2', '--work-dir', work, '--cfg-options'] + \
+        _data_opts(tiny_digits, epochs=1) + ['train_cfg.val_interval=10']
+    proc = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600,
+                          env={'PATH': f'{env_path}:/usr/bin:/bin', 'PORT': '29631',
+                               'OMP_NUM_THREADS': '1', 'HOME': osp.expanduser('~')})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    log = proc.stdout + proc.stderr
+    assert 'Distributed launcher: pytorch' in log or 'distributed: True' in log, log[-3000:]
+    assert osp.isfile(osp.join(work, 'epoch_1.pth'))
+
+
+def test_missing_data_root_is_one_clear_error(tmp_path, run_tool):
+    proc = run_tool(['tools/train.py', CFG, '--work-dir', str(tmp_path), '--cfg-options',
+                     'train_dataloader.dataset.data_root=/nonexistent/digits/cls'])
+    assert proc.returncode == 2
+    assert 'train_dataloader.dataset.data_root' in proc.stderr
+    assert 'build_digits.py' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_unknown_config_path(tmp_path, run_tool):
+    proc = run_tool(['tools/train.py', 'configs/demo/nope.py'])
+    assert proc.returncode == 2
+    assert 'config file not found: configs/demo/nope.py' in proc.stderr
+
+
+def test_unknown_type_names_it_and_suggests(tiny_digits, tmp_path, run_tool):
+    proc = run_tool(['tools/train.py', CFG, '--work-dir', str(tmp_path), '--cfg-options',
+                     'model.backbone.type=mmdcs.VIT'] + _data_opts(tiny_digits))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "unknown type: mmdcs.VIT" in proc.stderr.replace("'", '')
+    assert 'mmdcs.ViT' in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_amp_without_gpu_is_refused(tiny_digits, tmp_path, run_tool):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip('a GPU is present')
+    proc = run_tool(['tools/train.py', CFG, '--amp', '--work-dir', str(tmp_path),
+                     '--cfg-options'] + _data_opts(tiny_digits))
+    assert proc.returncode == 2
+    assert '--amp needs a CUDA device' in proc.stderr
+
+
+def test_missing_task_package_is_named(tmp_path, run_tool):
+    cfg = tmp_path / 'cfg.py'
+    cfg.write_text("default_scope = 'mmdet'\nmodel = dict(type='X')\n")
+    proc = run_tool(['-c', 'import sys, importlib.abc\n'
+                     'class Block(importlib.abc.MetaPathFinder):\n'
+                     '    def find_spec(self, name, path, target=None):\n'
+                     '        if name == "mmdet" or name.startswith("mmdet."):\n'
+                     '            raise ModuleNotFoundError(name="mmdet")\n'
+                     'sys.meta_path.insert(0, Block())\n'
+                     f'sys.argv = ["train.py", {str(cfg)!r}]\n'
+                     'import runpy; runpy.run_path("tools/train.py", run_name="__main__")'])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "needs the package 'mmdet'" in proc.stderr
+    assert 'pip install mmdet==3.3.0' in proc.stderr
