@@ -1,0 +1,1 @@
+from .backbones import *  # noqa: F401,F403

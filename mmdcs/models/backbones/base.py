@@ -1,0 +1,152 @@
+"""What every mmdcs backbone family shares: the variants, supernet/subnet modes, subnet export,
+cost model, and loading of converted (timm) checkpoints.
+
+A family (one file: ``vit.py``, ``swin.py``, ``mobilevit.py``, ``efficientvit.py``) subclasses
+:class:`SelectableBackbone`, sets ``family`` and ``arch_zoo``, builds its layers with the
+selection modules of :mod:`mmdcs.selection` according to ``self.qk_select`` and
+``self.mlp_select``, calls :meth:`_apply_subnet` at the end of ``__init__``, and implements
+:meth:`cost_terms`.
+"""
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch.nn as nn
+from mmengine.model import BaseModule
+
+from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, SubnetError, SubnetSpec,
+                             apply_subnet_, export_subnet, prunable_modules, selector_layout)
+
+#: variant -> (Q/K channel selection, attention-output/MLP channel selection)
+#: 'dcs-arch1' and 'dcs-arch2' are the paper's ablations (seed 000, Table 8): Q/K selection only,
+#: MLP selection only; 'kcr' has the same structure as 'dcs-arch2' (seed 001, 3.1).
+VARIANTS: Dict[str, Tuple[bool, bool]] = {
+    'baseline': (False, False),
+    'dcs': (True, True),
+    'kcr': (False, True),
+    'dcs-arch1': (True, False),
+    'dcs-arch2': (False, True),
+}
+QK_MASKS = ('shared', 'separate')
+
+
+def check_choice(kind: str, value, choices: Sequence, owner: str) -> None:
+    """Raise a ValueError listing the valid choices (unknown arch, variant, ...)."""
+    if value not in choices:
+        raise ValueError(f'{owner}: unknown {kind} {value!r}; valid: '
+                         f'{", ".join(map(str, choices))}')
+
+
+class SelectableBackbone(BaseModule):
+    """Base of the mmdcs backbones.
+
+    Args:
+        arch: a key of the family's ``arch_zoo``.
+        variant: ``'baseline'``, ``'dcs'``, ``'kcr'`` (or an ablation, see :data:`VARIANTS`).
+            With a ``subnet`` the variant may be omitted: it is read from the subnet file.
+        subnet: a subnet description (path to the JSON written by ``tools/export_subnet.py``,
+            its dict, or a :class:`SubnetSpec`): build the pruned network instead of the supernet.
+        qk_mask: ``'shared'`` (one Q/K mask, the paper) or ``'separate'`` (the QK-Mask ablation).
+        gate_init: initial α and Linear_θ bias (every gate starts open).
+        tau: initial gate temperature (then set by ``TemperatureHook``).
+    """
+    family: str = ''
+    arch_zoo: Dict[str, dict] = {}
+
+    def __init__(self, arch: str, variant: Optional[str] = None,
+                 subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        name = type(self).__name__
+        check_choice('arch', arch, list(self.arch_zoo), name)
+        self.subnet_spec: Optional[SubnetSpec] = None
+        if subnet is not None:
+            self.subnet_spec = SubnetSpec.coerce(subnet)
+            if variant is None:
+                variant = self.subnet_spec.variant
+        variant = variant or 'baseline'
+        check_choice('variant', variant, list(VARIANTS), name)
+        check_choice('qk_mask', qk_mask, QK_MASKS, name)
+        if self.subnet_spec is not None and not VARIANTS[variant][1]:
+            raise SubnetError(f'{name}: a subnet needs a variant with channel selection '
+                              f'(dcs, kcr, dcs-arch2), got {variant!r}')
+        self.arch = arch
+        self.arch_settings = dict(self.arch_zoo[arch])
+        self.variant = variant
+        qk, mlp = VARIANTS[variant]
+        #: for the family: None or 'shared'/'separate' (DCSAttention's qk_select)
+        self.qk_select: Optional[str] = qk_mask if qk else None
+        #: for the family: whether MLPs get a channel selector
+        self.mlp_select: bool = mlp
+        self.gate_init = gate_init
+        self.tau = tau
+
+    # ----------------------------------------------------------------- supernet / subnet
+    def _apply_subnet(self) -> None:
+        """Call at the end of a family's ``__init__``: prune to ``subnet`` if one was given."""
+        if self.subnet_spec is None:
+            return
+        self.subnet_spec.check(self.family, self.arch, selector_layout(self), self.variant)
+        apply_subnet_(self, self.subnet_spec)
+        self._after_subnet(self.subnet_spec)
+
+    def _after_subnet(self, spec: SubnetSpec) -> None:
+        """Family hook: prune what follows a block beyond its own MLP (MobileViT's projection)."""
+
+    @property
+    def is_supernet(self) -> bool:
+        return bool(prunable_modules(self))
+
+    def export_subnet(self, **meta) -> SubnetSpec:
+        """The deterministic subnet (α > 0) of this supernet."""
+        if not self.is_supernet:
+            raise SubnetError(f'{type(self).__name__}({self.variant}) has no architecture '
+                              'parameters to export (a baseline, or already pruned)')
+        return export_subnet(self, self.family, self.arch, self.variant, **meta)
+
+    # ----------------------------------------------------------------- cost
+    def cost_terms(self) -> List[CostTerm]:
+        """One :class:`CostTerm` per prunable block (family specific)."""
+        raise NotImplementedError
+
+    def cost_model(self, mode: str = 'paper', const_flops: float = 0.) -> CostModel:
+        return CostModel(self.cost_terms(), mode, const_flops)
+
+    # ----------------------------------------------------------------- checkpoints
+    def load_converted(self, state_dict: dict, strict: bool = True) -> Tuple[List[str], List[str]]:
+        """Load a converted state dict (e.g. from timm via the family's ``convert_timm``).
+
+        The selection parameters (Linear_θ, α, τ) a baseline checkpoint cannot have are allowed
+        to be missing: they keep their "all kept" initialisation. Anything else missing or
+        unexpected is reported (an error with ``strict=True``, returned otherwise)."""
+        missing, unexpected = self.load_state_dict(state_dict, strict=False)
+        selection = ('.qk_select.', '.select.', 'gate.tau')
+        missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
+        if strict and (missing or unexpected):
+            raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '
+                           f'{missing[:10]}{" ..." if len(missing) > 10 else ""}; unexpected '
+                           f'keys: {unexpected[:10]}{" ..." if len(unexpected) > 10 else ""}')
+        return missing, unexpected
+
+
+def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:
+    """Stochastic depth decaying linearly over the blocks (as timm and mmpretrain)."""
+    if depth <= 1:
+        return [drop_path_rate] * depth
+    return [drop_path_rate * i / (depth - 1) for i in range(depth)]
+
+
+def normalize_out_indices(out_indices: Union[int, Sequence[int]], num: int,
+                          owner: str) -> Tuple[int, ...]:
+    """Validate ``out_indices`` (negative values count from the end)."""
+    if isinstance(out_indices, int):
+        out_indices = [out_indices]
+    out = []
+    for i in out_indices:
+        j = i + num if i < 0 else i
+        if not 0 <= j < num:
+            raise ValueError(f'{owner}: out_indices {i} out of range for {num} outputs')
+        out.append(j)
+    return tuple(out)
+
+
+def count_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,26 @@
+"""The method, framework-free (plain PyTorch; no mmengine runner or registry imports).
+
+* :mod:`.gates` — binary Gumbel gate with straight-through estimator and a temperature buffer
+* :mod:`.selectors` — Q/K channel selection (Linear_θ) and attention-output selection (α)
+* :mod:`.attention` — multi-head attention with per-token Q/K channel masks
+* :mod:`.mlp` — gated MLP (supernet) and its pruned (deployed) form
+* :mod:`.subnet` — subnet description, export, application, state-dict pruning
+* :mod:`.cost` — the differentiable cost model of the search
+"""
+from .attention import DCSAttention
+from .cost import COST_MODES, CostModel, CostTerm
+from .gates import BinaryGumbelGate
+from .mlp import GatedMLP, PrunedMLP
+from .selectors import DEFAULT_GATE_INIT, ChannelSelector, QKChannelSelector
+from .subnet import (SUBNET_FORMAT, BlockSelection, SubnetError, SubnetSpec, apply_subnet_,
+                     export_subnet, file_sha256, prunable_modules, prune_state_dict,
+                     selector_layout)
+from .utils import arch_parameters, gates, set_temperature
+
+__all__ = [
+    'BinaryGumbelGate', 'ChannelSelector', 'QKChannelSelector', 'DEFAULT_GATE_INIT',
+    'DCSAttention', 'GatedMLP', 'PrunedMLP', 'CostModel', 'CostTerm', 'COST_MODES',
+    'SUBNET_FORMAT', 'BlockSelection', 'SubnetSpec', 'SubnetError', 'export_subnet',
+    'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
+    'arch_parameters', 'gates', 'set_temperature'
+]

@@ -1,0 +1,86 @@
+"""Multi-head self-attention with channel selection for the attention weights (METHOD §2.1).
+
+    M = gate(Linear_θ(x)) ∈ {0,1}^{B×N×D},   W = softmax((Q ⊙ M)(K ⊙ M)ᵀ / sqrt(d_head) + bias)
+
+M is split by heads like Q. ``attn_bias`` is an additive term broadcastable to
+(B, heads, N, N): Swin passes its relative position bias plus the shifted-window mask there, so
+the same module serves full and windowed attention (for windows, B is batch × windows and the
+mask is per token inside each window). Parameter names follow timm's ``Attention`` (``qkv``,
+``proj``), so timm checkpoints load directly.
+"""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from .selectors import DEFAULT_GATE_INIT, QKChannelSelector
+
+QK_SELECT_MODES = (None, 'shared', 'separate')
+
+
+class DCSAttention(nn.Module):
+    """Self-attention (timm layout) with optional per-token Q/K channel selection.
+
+    Args:
+        dim: token channels.
+        num_heads: attention heads.
+        qkv_bias: bias of the qkv projection.
+        attn_drop, proj_drop: dropout rates.
+        qk_select: ``None`` (plain attention), ``'shared'`` (one mask for Q and K, the paper's
+            default) or ``'separate'`` (one each).
+        head_dim: channels per head (default dim // num_heads).
+        gate_init, tau: initial Linear_θ bias and temperature of the Q/K gates.
+    """
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
+                 proj_drop: float = 0., qk_select: Optional[str] = None,
+                 head_dim: Optional[int] = None, gate_init: float = DEFAULT_GATE_INIT,
+                 tau: float = 4.5):
+        super().__init__()
+        if qk_select not in QK_SELECT_MODES:
+            raise ValueError(f'qk_select must be one of {QK_SELECT_MODES}, got {qk_select!r}')
+        if head_dim is None:
+            if dim % num_heads:
+                raise ValueError(f'dim {dim} is not divisible by num_heads {num_heads}')
+            head_dim = dim // num_heads
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.attn_dim = num_heads * head_dim
+        self.scale = head_dim**-0.5
+        self.qkv = nn.Linear(dim, self.attn_dim * 3, bias=qkv_bias)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.proj = nn.Linear(self.attn_dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.qk_select = None if qk_select is None else QKChannelSelector(
+            dim, self.attn_dim, separate=qk_select == 'separate', gate_init=gate_init, tau=tau)
+        #: set True to keep the last attention weights in ``last_attn`` (analysis tools)
+        self.record_attn = False
+        self.last_attn: Optional[Tensor] = None
+
+    def _heads(self, t: Tensor) -> Tensor:
+        B, N, _ = t.shape
+        return t.reshape(B, N, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: Tensor, attn_bias: Optional[Tensor] = None) -> Tensor:
+        B, N, _ = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        if self.qk_select is not None:
+            mq, mk = self.qk_select(x)
+            q = q * self._heads(mq)
+            k = k * self._heads(mk)
+        if self.record_attn:
+            attn = (q * self.scale) @ k.transpose(-2, -1)
+            if attn_bias is not None:
+                attn = attn + attn_bias
+            attn = attn.softmax(dim=-1)
+            self.last_attn = attn.detach()
+            x = self.attn_drop(attn) @ v
+        else:
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_bias,
+                dropout_p=self.attn_drop.p if self.training else 0.)
+        x = x.transpose(1, 2).reshape(B, N, self.attn_dim)
+        return self.proj_drop(self.proj(x))

@@ -1,0 +1,67 @@
+"""The binary Gumbel gate with a straight-through estimator (METHOD §1).
+
+    soft = sigmoid((θ + g1 - g2) / τ),  g1, g2 ~ Gumbel(0, 1)   (training)
+    gate = 1[soft > 0.5] forward, d gate / d soft = 1 backward
+    gate = 1[θ > 0]                                              (eval, exported subnet)
+
+The hard decision is ``θ + g1 - g2 > 0``: the probability that a gate is open is sigmoid(θ) at any
+τ; τ only sharpens the gradient of the soft relaxation. τ is a buffer (saved in checkpoints) and
+is set from outside (``TemperatureHook``), never by the model.
+"""
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+
+class _StraightThrough(torch.autograd.Function):
+    """Forward: exact 0/1 (``soft > 0.5``). Backward: the gradient passes to ``soft``."""
+
+    @staticmethod
+    def forward(ctx, soft: Tensor) -> Tensor:
+        return (soft > 0.5).to(soft.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        return grad
+
+
+def gumbel_noise_pair(shape, *, device, dtype, generator=None) -> Tensor:
+    """g1 - g2 for i.i.d. Gumbel(0, 1) g1, g2 (a standard logistic sample)."""
+    eps = torch.finfo(torch.float32).tiny
+    u = torch.rand((2, ) + tuple(shape), device=device, dtype=torch.float32, generator=generator)
+    neg_log_u = (-torch.log(u.clamp_min(eps))).clamp_min(eps)
+    g = -torch.log(neg_log_u)
+    return (g[0] - g[1]).to(dtype)
+
+
+class BinaryGumbelGate(nn.Module):
+    """Binary Gumbel gate over a logit tensor of any shape.
+
+    Args:
+        tau: initial temperature τ (the search starts at 4.5, METHOD §5).
+    """
+
+    def __init__(self, tau: float = 4.5):
+        super().__init__()
+        if not tau > 0:
+            raise ValueError(f'the gate temperature must be > 0, got {tau}')
+        self.register_buffer('tau', torch.tensor(float(tau)))
+
+    def set_tau(self, tau: float) -> None:
+        if not tau > 0:
+            raise ValueError(f'the gate temperature must be > 0, got {tau}')
+        self.tau.fill_(float(tau))
+
+    def forward(self, logits: Tensor) -> Tensor:
+        if not self.training:
+            return (logits > 0).to(logits.dtype)
+        noise = gumbel_noise_pair(logits.shape, device=logits.device, dtype=logits.dtype)
+        soft = torch.sigmoid((logits + noise) / self.tau)
+        return _StraightThrough.apply(soft)
+
+    def probs(self, logits: Tensor) -> Tensor:
+        """sigmoid(θ/τ): the differentiable 'expected' gate used by the cost model (METHOD §3)."""
+        return torch.sigmoid(logits / self.tau)
+
+    def extra_repr(self) -> str:
+        return f'tau={float(self.tau):.4g}'

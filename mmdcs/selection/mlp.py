@@ -1,0 +1,107 @@
+"""The MLP of a DCS/KCR block: supernet (gated) and deployed (pruned) forms (METHOD §2.2, §2.3).
+
+Supernet: ``x + g ⊙ MLP(g ⊙ LN(x))`` with g = gate(α). Deployed: fc1 reads only the D̃ kept
+input channels, fc2 writes only the D̃ kept output channels, which are added back into the
+residual stream at the kept indices; in eval mode with the same weights both give the same
+output (the deployed form just skips the zeroed channels). Both return a tensor of the full width
+D, so the blocks that use them do not change between the two forms.
+
+Parameter names follow timm's ``Mlp`` (``fc1``, ``fc2``), so timm checkpoints load directly.
+"""
+from typing import Sequence, Type, Union
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .selectors import DEFAULT_GATE_INIT, ChannelSelector
+
+
+class GatedMLP(nn.Module):
+    """Two-layer MLP with optional channel selection on its input and output.
+
+    Args:
+        in_features: D, the channels of the residual stream.
+        hidden_features: hidden width.
+        act_layer: activation class.
+        drop: dropout after the activation and after fc2 (as timm's Mlp).
+        select: add the channel selector (α); without it this is exactly timm's Mlp.
+        gate_init, tau: initial α and temperature of the selector.
+    """
+
+    def __init__(self, in_features: int, hidden_features: int,
+                 act_layer: Type[nn.Module] = nn.GELU, drop: float = 0., bias: bool = True,
+                 select: bool = True, gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__()
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        self.act_layer = act_layer
+        self.drop_prob = drop
+        self.fc1 = nn.Linear(in_features, hidden_features, bias=bias)
+        self.act = act_layer()
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_features, in_features, bias=bias)
+        self.drop2 = nn.Dropout(drop)
+        self.select = ChannelSelector(in_features, gate_init, tau) if select else None
+
+    def _mlp(self, x: Tensor) -> Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.select is None:
+            return self._mlp(x)
+        g = self.select()
+        return self._mlp(x * g) * g
+
+    @torch.no_grad()
+    def pruned(self, keep: Union[Tensor, Sequence[int]]) -> 'PrunedMLP':
+        """The deployed module for these kept channels, with this module's weights sliced."""
+        keep = torch.as_tensor(keep, dtype=torch.long, device=self.fc1.weight.device)
+        out = PrunedMLP(self.in_features, self.hidden_features, keep, self.act_layer,
+                        self.drop_prob, bias=self.fc1.bias is not None)
+        out.to(self.fc1.weight.device, self.fc1.weight.dtype)
+        out.fc1.weight.copy_(self.fc1.weight[:, keep])
+        out.fc2.weight.copy_(self.fc2.weight[keep])
+        if self.fc1.bias is not None:
+            out.fc1.bias.copy_(self.fc1.bias)
+            out.fc2.bias.copy_(self.fc2.bias[keep])
+        return out
+
+
+class PrunedMLP(nn.Module):
+    """Deployed MLP: reads the D̃ kept channels and returns a D-wide update that is zero outside
+    them.
+
+    Args:
+        in_features: D (the residual width).
+        hidden_features: hidden width.
+        keep: the kept channel indices (D̃ of them, sorted, unique).
+    """
+
+    def __init__(self, in_features: int, hidden_features: int, keep: Union[Tensor, Sequence[int]],
+                 act_layer: Type[nn.Module] = nn.GELU, drop: float = 0., bias: bool = True):
+        super().__init__()
+        keep = torch.as_tensor(keep, dtype=torch.long)
+        if keep.numel() == 0:
+            raise ValueError('a pruned MLP needs at least one kept channel')
+        self.in_features = in_features
+        self.hidden_features = hidden_features
+        # part of the state dict, so a pruned checkpoint records its own layout
+        self.register_buffer('keep', keep.clone())
+        self.fc1 = nn.Linear(keep.numel(), hidden_features, bias=bias)
+        self.act = act_layer()
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_features, keep.numel(), bias=bias)
+        self.drop2 = nn.Dropout(drop)
+
+    @property
+    def kept(self) -> int:
+        return self.keep.numel()
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = x.index_select(-1, self.keep)
+        y = self.drop2(self.fc2(self.drop1(self.act(self.fc1(y)))))
+        return x.new_zeros(x.shape).index_copy(-1, self.keep, y)
+
+    def extra_repr(self) -> str:
+        return f'in_features={self.in_features}, kept={self.kept}'

@@ -1,0 +1,81 @@
+"""The two channel selections of a DCS block (METHOD §2).
+
+* :class:`QKChannelSelector` — channel selection for the attention weights: a per-token mask
+  ``M = gate(Linear_θ(x))`` on the Q/K channels. Linear_θ is a weight of the network (trained by
+  the ordinary loss) and stays in the deployed network, since M depends on the input.
+* :class:`ChannelSelector` — channel selection for the attention outputs / MLP: a mask
+  ``g = gate(α)`` over D channels, with α an *architecture parameter* (trained by the search loss
+  only, then frozen into the list of kept channels).
+"""
+from typing import Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .gates import BinaryGumbelGate
+
+#: initial logit of every gate: P(open) = sigmoid(3) = 0.95 during the search, and all channels
+#: kept at eval, so a supernet initialised from a baseline checkpoint starts as that baseline.
+DEFAULT_GATE_INIT = 3.0
+
+
+class QKChannelSelector(nn.Module):
+    """Per-token mask on the Q/K channels, shared by Q and K (or one each, ``separate=True``,
+    the paper's "QK-Mask" ablation).
+
+    Args:
+        in_dim: channels of the attention input x (the normalised tokens).
+        qk_dim: channels of Q (= heads × head_dim).
+        separate: two masks (one for Q, one for K) instead of one shared mask.
+        gate_init: initial bias of Linear_θ (its weight starts at 0, so every gate starts open).
+        tau: initial temperature.
+    """
+
+    def __init__(self, in_dim: int, qk_dim: int, separate: bool = False,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__()
+        self.qk_dim = qk_dim
+        self.separate = separate
+        self.theta = nn.Linear(in_dim, qk_dim * (2 if separate else 1))
+        self.gate = BinaryGumbelGate(tau)
+        self.gate_init = gate_init
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.theta.weight)
+        nn.init.constant_(self.theta.bias, self.gate_init)
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """x: (..., in_dim) → (mask_q, mask_k), each (..., qk_dim) of exact 0/1."""
+        m = self.gate(self.theta(x))
+        if self.separate:
+            return m[..., :self.qk_dim], m[..., self.qk_dim:]
+        return m, m
+
+
+class ChannelSelector(nn.Module):
+    """A mask g = gate(α) over ``dim`` channels; α is an architecture parameter.
+
+    After the search the kept channels are ``{i : α_i > 0}`` (:meth:`keep_indices`).
+    """
+
+    def __init__(self, dim: int, gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__()
+        self.dim = dim
+        self.alpha = nn.Parameter(torch.full((dim, ), float(gate_init)))
+        self.gate = BinaryGumbelGate(tau)
+
+    def forward(self) -> Tensor:
+        return self.gate(self.alpha)
+
+    def keep_indices(self) -> Tensor:
+        """Indices of the kept channels (α > 0), sorted."""
+        return torch.nonzero(self.alpha.detach() > 0, as_tuple=False).flatten()
+
+    def expected_kept(self) -> Tensor:
+        """E[D̃] = Σ_i sigmoid(α_i / τ), differentiable in α (the cost model's input)."""
+        return self.gate.probs(self.alpha).sum()
+
+    def extra_repr(self) -> str:
+        return f'dim={self.dim}'

@@ -1,0 +1,230 @@
+"""Subnet export and application (METHOD §4): a searched supernet becomes plain data, and a pruned
+network is built from that data alone.
+
+A *prunable* module is any module with a ``select`` attribute (a :class:`ChannelSelector`) and a
+``pruned(keep)`` method that returns its deployed replacement with its weights sliced
+(:class:`~mmdcs.selection.mlp.GatedMLP` is one; a family may add its own, e.g. EfficientViT's
+attention projection). The description of a subnet lists, per prunable module (by its path in the
+backbone): D, the kept indices, D̃. It is JSON::
+
+    {"format": "mmdcs.subnet/1", "family": "vit", "arch": "deit-small", "variant": "dcs",
+     "blocks": [{"name": "blocks.0.mlp", "dim": 384, "kept": 301, "keep": [0, 2, ...]}, ...],
+     "meta": {"source_checkpoint_sha256": "...", ...}}
+"""
+import hashlib
+import json
+import os.path as osp
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Union
+
+import torch
+import torch.nn as nn
+
+from .selectors import ChannelSelector
+
+SUBNET_FORMAT = 'mmdcs.subnet/1'
+
+
+class SubnetError(ValueError):
+    """A subnet description that does not fit the backbone it is applied to."""
+
+
+@dataclass
+class BlockSelection:
+    """Kept channels of one prunable module."""
+    name: str
+    dim: int
+    keep: List[int]
+
+    @property
+    def kept(self) -> int:
+        return len(self.keep)
+
+    def to_dict(self) -> dict:
+        return dict(name=self.name, dim=self.dim, kept=self.kept, keep=list(self.keep))
+
+
+@dataclass
+class SubnetSpec:
+    """The exported architecture: what a pruned backbone is built from."""
+    family: str
+    arch: str
+    variant: str
+    blocks: List[BlockSelection]
+    meta: dict = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- (de)serialisation
+    def to_dict(self) -> dict:
+        return dict(format=SUBNET_FORMAT, family=self.family, arch=self.arch,
+                    variant=self.variant, blocks=[b.to_dict() for b in self.blocks],
+                    meta=dict(self.meta))
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = 'subnet') -> 'SubnetSpec':
+        if not isinstance(d, dict) or d.get('format') != SUBNET_FORMAT:
+            raise SubnetError(f'{source}: not an mmdcs subnet description (expected '
+                              f'"format": "{SUBNET_FORMAT}")')
+        for key in ('family', 'arch', 'variant', 'blocks'):
+            if key not in d:
+                raise SubnetError(f'{source}: missing key {key!r}')
+        blocks = []
+        for i, b in enumerate(d['blocks']):
+            try:
+                blocks.append(BlockSelection(str(b['name']), int(b['dim']),
+                                             [int(k) for k in b['keep']]))
+            except (KeyError, TypeError, ValueError) as e:
+                raise SubnetError(f'{source}: block #{i} is malformed ({e!r}); each block needs '
+                                  '"name", "dim" and "keep"') from e
+            if 'kept' in b and int(b['kept']) != len(b['keep']):
+                raise SubnetError(f'{source}: block {b["name"]}: "kept" = {b["kept"]} but '
+                                  f'"keep" lists {len(b["keep"])} channels')
+        return cls(d['family'], d['arch'], d['variant'], blocks, dict(d.get('meta', {})))
+
+    def save(self, path: str) -> None:
+        with open(path, 'w') as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> 'SubnetSpec':
+        if not osp.isfile(path):
+            raise SubnetError(f'subnet file not found: {path}')
+        with open(path) as f:
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as e:
+                raise SubnetError(f'{path}: not valid JSON ({e})') from e
+        return cls.from_dict(d, source=path)
+
+    @classmethod
+    def coerce(cls, subnet: Union[str, dict, 'SubnetSpec']) -> 'SubnetSpec':
+        """A spec from a path, a dict (as in a config) or a spec."""
+        if isinstance(subnet, SubnetSpec):
+            return subnet
+        if isinstance(subnet, str):
+            return cls.load(subnet)
+        if isinstance(subnet, dict):
+            return cls.from_dict(subnet)
+        raise SubnetError(f'a subnet must be a path, a dict or a SubnetSpec, got {type(subnet)}')
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def kept_ratio(self) -> float:
+        return sum(b.kept for b in self.blocks) / max(1, sum(b.dim for b in self.blocks))
+
+    def keep_map(self) -> Dict[str, List[int]]:
+        return {b.name: b.keep for b in self.blocks}
+
+    def check(self, family: str, arch: str, layout: Dict[str, int],
+              variant: Optional[str] = None) -> None:
+        """Refuse a description that does not fit a backbone.
+
+        Args:
+            family, arch: of the backbone.
+            layout: prunable module path → D, of the backbone's supernet.
+            variant: of the backbone, if it is fixed by its config.
+        """
+        if self.family != family:
+            raise SubnetError(f'the subnet is for the {self.family!r} family, this backbone is '
+                              f'{family!r}')
+        if self.arch != arch:
+            raise SubnetError(f'the subnet is for arch {self.arch!r}, this backbone is {arch!r}')
+        if variant is not None and self.variant != variant:
+            raise SubnetError(f'the subnet is a {self.variant!r} network, this backbone is '
+                              f'configured as {variant!r}')
+        names = [b.name for b in self.blocks]
+        missing = [n for n in layout if n not in names]
+        extra = [n for n in names if n not in layout]
+        if missing or extra or len(set(names)) != len(names):
+            raise SubnetError(
+                f'the subnet has {len(names)} blocks, the backbone {len(layout)} prunable blocks'
+                + (f'; missing in the subnet: {", ".join(missing[:4])}' if missing else '')
+                + (f'; not in the backbone: {", ".join(extra[:4])}' if extra else '')
+                + ('; some blocks are listed twice' if len(set(names)) != len(names) else ''))
+        for b in self.blocks:
+            dim = layout[b.name]
+            if b.dim != dim:
+                raise SubnetError(f'block {b.name}: the subnet says D = {b.dim}, the backbone '
+                                  f'has D = {dim}')
+            if b.kept == 0:
+                raise SubnetError(f'block {b.name}: D̃ = 0 (no channel kept); a block needs at '
+                                  'least one channel')
+            bad = [k for k in b.keep if not 0 <= k < dim]
+            if bad:
+                raise SubnetError(f'block {b.name}: channel index {bad[0]} is out of range '
+                                  f'[0, {dim})')
+            if len(set(b.keep)) != len(b.keep):
+                raise SubnetError(f'block {b.name}: repeated channel indices')
+
+
+def prunable_modules(model: nn.Module) -> Dict[str, nn.Module]:
+    """Path → module for every module with a channel selector and a ``pruned`` method."""
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if isinstance(getattr(m, 'select', None), ChannelSelector) and hasattr(m, 'pruned')
+    }
+
+
+def selector_layout(model: nn.Module) -> Dict[str, int]:
+    """Path → D of every prunable module of a supernet."""
+    return {name: m.select.dim for name, m in prunable_modules(model).items()}
+
+
+def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
+                  **meta) -> SubnetSpec:
+    """The deterministic subnet of a supernet: kept = {i : α_i > 0} in every prunable module.
+
+    A module whose α are all ≤ 0 keeps its single largest channel (a block cannot be empty)."""
+    blocks = []
+    for name, m in prunable_modules(model).items():
+        keep = m.select.keep_indices()
+        if keep.numel() == 0:
+            keep = m.select.alpha.detach().argmax().view(1)
+        blocks.append(BlockSelection(name, m.select.dim, keep.tolist()))
+    if not blocks:
+        raise SubnetError('this model has no channel selectors: export needs a DCS or KCR '
+                          'supernet')
+    return SubnetSpec(family, arch, variant, blocks, meta)
+
+
+def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, child = path.rpartition('.')
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+@torch.no_grad()
+def apply_subnet_(model: nn.Module, spec: SubnetSpec) -> nn.Module:
+    """Replace every prunable module of a supernet by its pruned form, in place (weights are
+    sliced from the supernet's). The spec must already be checked against the model."""
+    modules = prunable_modules(model)
+    for b in spec.blocks:
+        if b.name not in modules:
+            raise SubnetError(f'block {b.name}: no prunable module at this path')
+        _set_submodule(model, b.name, modules[b.name].pruned(b.keep))
+    return model
+
+
+def prune_state_dict(supernet_state: Dict[str, torch.Tensor], spec: SubnetSpec,
+                     build_supernet: Callable[[], nn.Module]) -> Dict[str, torch.Tensor]:
+    """Turn a supernet state dict into the state dict of the pruned network of ``spec``.
+
+    Args:
+        supernet_state: the supernet backbone's weights.
+        spec: the subnet.
+        build_supernet: makes an (untrained) supernet of the same architecture.
+    """
+    model = build_supernet()
+    missing, unexpected = model.load_state_dict(supernet_state, strict=False)
+    if missing or unexpected:
+        raise SubnetError('the supernet weights do not match the architecture: '
+                          f'missing {missing[:5]}, unexpected {unexpected[:5]}')
+    apply_subnet_(model, spec)
+    return model.state_dict()
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for chunk in iter(lambda: f.read(1 << 20), b''):
+            h.update(chunk)
+    return h.hexdigest()

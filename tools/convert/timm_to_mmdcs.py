@@ -1,0 +1,84 @@
+"""Convert a timm checkpoint (or the official Swin layout) into an mmdcs classifier checkpoint.
+
+    python tools/convert/timm_to_mmdcs.py FAMILY ARCH SRC DST [--layout timm|official]
+    python tools/convert/timm_to_mmdcs.py vit vit-s16 vit_small_patch16_224.pth vit-s16_in1k.pth
+    python tools/convert/timm_to_mmdcs.py swin swin-t --random-init swin-t_random.pth
+
+SRC is a timm state dict (.pth/.bin via torch.load, or .safetensors), e.g. downloaded by hand from
+the model hub; nothing is downloaded here. ``--random-init`` converts a freshly initialised timm
+model instead (for smoke tests and benchmarks). DST is an mmengine checkpoint
+(``{'state_dict': ..., 'meta': ...}``) for the mmpretrain classifier of
+``configs/_base_/models/<family>_<arch>.py``; its ``backbone.*`` weights also initialise a DCS/KCR
+supernet ("all kept" gates) or a detector/segmentor backbone (``init_cfg=dict(type='Pretrained',
+checkpoint=DST, prefix='backbone.')``).
+"""
+import argparse
+import importlib
+import os.path as osp
+import sys
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+import torch
+
+FAMILIES = ('vit', 'swin', 'mobilevit', 'efficientvit')
+
+
+def load_state_dict(path):
+    if not osp.isfile(path):
+        sys.exit(f'error: source checkpoint not found: {path}')
+    if path.endswith('.safetensors'):
+        from safetensors.torch import load_file
+        return load_file(path)
+    ckpt = torch.load(path, map_location='cpu', weights_only=True)
+    for key in ('state_dict', 'model', 'state_dict_ema'):
+        if isinstance(ckpt, dict) and key in ckpt and isinstance(ckpt[key], dict):
+            return ckpt[key]
+    return ckpt
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('family', choices=FAMILIES)
+    parser.add_argument('arch')
+    parser.add_argument('src', nargs='?', help='timm state dict (omit with --random-init)')
+    parser.add_argument('dst', help='output mmengine checkpoint')
+    parser.add_argument('--layout', choices=('timm', 'official'), default='timm',
+                        help="source layout; 'official' = Microsoft's Swin checkpoints")
+    parser.add_argument('--random-init', action='store_true',
+                        help='convert a randomly initialised timm model (no SRC)')
+    args = parser.parse_args(argv)
+
+    module = importlib.import_module(f'mmdcs.models.backbones.{args.family}')
+    timm_names = module.TIMM_MODELS
+    if args.arch not in timm_names:
+        sys.exit(f'error: unknown arch {args.arch!r} for {args.family}; valid: '
+                 f'{", ".join(timm_names)}')
+    if args.random_init:
+        import timm
+        torch.manual_seed(0)
+        state = timm.create_model(timm_names[args.arch], pretrained=False).state_dict()
+        source = f'timm:{timm_names[args.arch]} (random init)'
+    else:
+        if args.src is None:
+            sys.exit('error: give SRC or --random-init')
+        state = load_state_dict(args.src)
+        source = args.src
+    if args.layout == 'official':
+        if not hasattr(module, 'convert_official_swin'):
+            sys.exit(f'error: --layout official is for swin, not {args.family}')
+        converted = module.convert_official_swin(state, args.arch)
+    else:
+        converted = module.convert_timm(state, args.arch)
+    torch.save({'state_dict': converted,
+                'meta': dict(source=source, family=args.family, arch=args.arch)}, args.dst)
+    n = sum(v.numel() for k, v in converted.items() if v.is_floating_point())
+    print(f'wrote {args.dst}: {len(converted)} tensors, {n / 1e6:.2f} M values, from {source}')
+
+
+if __name__ == '__main__':
+    main()
