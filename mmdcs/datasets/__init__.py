@@ -1,0 +1,11 @@
+"""Datasets of mmdcs.
+
+:mod:`mmdcs.datasets.digits` builds DCS-Digits, the small offline demo
+dataset (classification, COCO detection/instance segmentation and semantic
+segmentation) from scikit-learn's bundled handwritten digits; its class
+names and palette are ``mmdcs.datasets.digits.DIGIT_CLASSES``,
+``SEG_CLASSES`` and ``SEG_PALETTE``.
+"""
+from .digits import build_all, build_classification, build_scenes
+
+__all__ = ['build_all', 'build_classification', 'build_scenes']
