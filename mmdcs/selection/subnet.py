@@ -195,12 +195,19 @@ def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
 @torch.no_grad()
 def apply_subnet_(model: nn.Module, spec: SubnetSpec) -> nn.Module:
     """Replace every prunable module of a supernet by its pruned form, in place (weights are
-    sliced from the supernet's). The spec must already be checked against the model."""
+    sliced from the supernet's). The spec must already be checked against the model.
+
+    A model that prunes more than its prunable modules (MobileViT's projection conv reads the
+    kept channels of the block before it) does so in its ``_after_subnet(spec)`` method, called
+    last."""
     modules = prunable_modules(model)
     for b in spec.blocks:
         if b.name not in modules:
             raise SubnetError(f'block {b.name}: no prunable module at this path')
         _set_submodule(model, b.name, modules[b.name].pruned(b.keep))
+    after = getattr(model, '_after_subnet', None)
+    if callable(after):
+        after(spec)
     return model
 
 

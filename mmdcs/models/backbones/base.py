@@ -85,8 +85,7 @@ class SelectableBackbone(BaseModule):
         if self.subnet_spec is None:
             return
         self.subnet_spec.check(self.family, self.arch, selector_layout(self), self.variant)
-        apply_subnet_(self, self.subnet_spec)
-        self._after_subnet(self.subnet_spec)
+        apply_subnet_(self, self.subnet_spec)  # also calls self._after_subnet
 
     def _after_subnet(self, spec: SubnetSpec) -> None:
         """Family hook: prune what follows a block beyond its own MLP (MobileViT's projection)."""
