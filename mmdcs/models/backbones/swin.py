@@ -1,0 +1,421 @@
+"""Swin Transformer (Liu et al., 2021) with DCS / KCR channel selection.
+
+Layout and parameter names follow timm's ``swin_transformer.py`` (``patch_embed.proj/norm``,
+``layers.{i}.downsample`` at the *start* of stages 1..3, ``layers.{i}.blocks.{j}`` with ``norm1``,
+``attn.qkv/proj/relative_position_bias_table``, ``norm2``, ``mlp.fc1/fc2``), so timm checkpoints
+convert by renaming only the final norm and the classifier (:func:`convert_timm`); the original
+Microsoft layout converts too (:func:`convert_official_swin`).
+
+Every block is a DCS or KCR block (METHOD §2): the window attention is a
+:class:`~mmdcs.selection.DCSAttention` whose Q/K mask is per token inside each window, with the
+relative position bias and the shifted-window mask passed as its additive ``attn_bias``; the MLP is
+a :class:`~mmdcs.selection.GatedMLP`.
+
+Any input size: the image is padded to a multiple of the patch size, every feature map to a
+multiple of the window (the shifted-window mask is computed for the padded size, cached by size),
+and the result cropped back, as mmdet's Swin does; PatchMerging pads odd sizes. A side of the map
+that fits in one window takes the window to that side and is not shifted, as timm (and the original
+code) do at 224 classification, so the numerics equal timm's there; ``pad_small_map=True`` keeps
+the 7×7 window and the shift whatever the size (mmdet's behaviour).
+"""
+import math
+import re
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmcv.cnn.bricks import DropPath
+from torch import Tensor
+
+from mmdcs.registry import MODELS
+from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP
+from .base import SelectableBackbone, drop_path_rates, normalize_out_indices
+
+Size = Tuple[int, int]
+
+#: arch -> the timm model with the same layout (random init there, converted here)
+TIMM_MODELS = {
+    'swin-t': 'swin_tiny_patch4_window7_224',
+    'swin-s': 'swin_small_patch4_window7_224',
+    'swin-b': 'swin_base_patch4_window7_224',
+}
+
+
+# ----------------------------------------------------------------------------- windows
+def window_partition(x: Tensor, window: Size) -> Tensor:
+    """(B, H, W, C) → (B·nW, wh·ww, C); H and W are multiples of the window."""
+    B, H, W, C = x.shape
+    wh, ww = window
+    x = x.view(B, H // wh, wh, W // ww, ww, C).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, wh * ww, C)
+
+
+def window_reverse(windows: Tensor, window: Size, H: int, W: int) -> Tensor:
+    """(B·nW, wh·ww, C) → (B, H, W, C), the inverse of :func:`window_partition`."""
+    wh, ww = window
+    C = windows.shape[-1]
+    x = windows.view(-1, H // wh, W // ww, wh, ww, C).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, H, W, C)
+
+
+def relative_position_index(window: Size, table_window: Size) -> Tensor:
+    """(N, N) indices into a ``(2·Th-1)·(2·Tw-1)`` bias table (timm's layout) for the token
+    pairs of a ``window`` ≤ ``table_window``: a smaller window reads the exact sub-table."""
+    wh, ww = window
+    th, tw = table_window
+    coords = torch.stack(torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing='ij'))
+    coords = coords.flatten(1)
+    rel = coords[:, :, None] - coords[:, None, :]  # 2, N, N
+    return (rel[0] + th - 1) * (2 * tw - 1) + (rel[1] + tw - 1)
+
+
+def shifted_window_mask(size: Size, window: Size, shift: Size) -> Tensor:
+    """(nW, N, N) additive mask (0 / -100, as timm and mmdet) of the shifted windows of a
+    (padded) map of ``size``: tokens that came from different regions before the cyclic shift
+    do not attend to each other."""
+    region = []
+    for length, w, s in zip(size, window, shift):
+        r = torch.zeros(length)
+        if s > 0:
+            r[length - w:length - s] = 1
+            r[length - s:] = 2
+        region.append(r)
+    img = (region[0][:, None] * 3 + region[1][None, :])[None, :, :, None]  # 1, H, W, 1
+    ids = window_partition(img, window).squeeze(-1)  # nW, N
+    mask = ids[:, None, :] - ids[:, :, None]
+    return torch.zeros_like(mask).masked_fill(mask != 0, -100.)
+
+
+# ----------------------------------------------------------------------------- layers
+class PatchEmbed(nn.Module):
+    """Non-overlapping patch embedding (conv + LayerNorm); pads the image to a multiple of the
+    patch size (right/bottom). Returns (B, H, W, C) tokens."""
+
+    def __init__(self, patch_size: int, in_channels: int, embed_dims: int):
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_channels, embed_dims, patch_size, patch_size)
+        self.norm = nn.LayerNorm(embed_dims)
+
+    def forward(self, x: Tensor) -> Tensor:
+        p = self.patch_size
+        H, W = x.shape[-2:]
+        if H % p or W % p:
+            x = F.pad(x, (0, (p - W % p) % p, 0, (p - H % p) % p))
+        return self.norm(self.proj(x).permute(0, 2, 3, 1))
+
+
+class WindowAttention(DCSAttention):
+    """Window attention with relative position bias (timm's ``WindowAttention`` parameters) and
+    the per-token Q/K channel mask of DCS inside every window."""
+
+    def __init__(self, dim: int, num_heads: int, window_size: Size, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0., qk_select: Optional[str] = None,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, qk_select,
+                         gate_init=gate_init, tau=tau)
+        self.window_size = tuple(window_size)
+        wh, ww = self.window_size
+        self.relative_position_bias_table = nn.Parameter(
+            torch.zeros((2 * wh - 1) * (2 * ww - 1), num_heads))
+        nn.init.trunc_normal_(self.relative_position_bias_table, std=.02)
+        self.register_buffer('relative_position_index',
+                             relative_position_index(self.window_size, self.window_size),
+                             persistent=False)
+
+    def relative_position_bias(self, window: Size) -> Tensor:
+        """(heads, N, N) bias of a window (the configured one, or a smaller one)."""
+        if tuple(window) == self.window_size:
+            index = self.relative_position_index
+        else:
+            index = relative_position_index(window, self.window_size).to(
+                self.relative_position_bias_table.device)
+        n = window[0] * window[1]
+        bias = self.relative_position_bias_table[index.view(-1)].view(n, n, -1)
+        return bias.permute(2, 0, 1)
+
+    def forward(self, x: Tensor, window: Size, mask: Optional[Tensor] = None) -> Tensor:
+        """x: (B·nW, N, C) windowed tokens; mask: (nW, N, N) shifted-window mask or None."""
+        bias = self.relative_position_bias(window).unsqueeze(0)  # 1, heads, N, N
+        if mask is not None:
+            nw, n = mask.shape[0], mask.shape[-1]
+            bias = (bias + mask.to(bias.dtype).unsqueeze(1)).unsqueeze(0)  # 1, nW, heads, N, N
+            bias = bias.expand(x.shape[0] // nw, -1, -1, -1, -1).reshape(-1, self.num_heads, n, n)
+        return super().forward(x, attn_bias=bias.to(x.dtype))
+
+
+class SwinBlock(nn.Module):
+    """(Shifted-)window attention block: ``x + attn(norm1(x))``, ``x + mlp(norm2(x))``."""
+
+    def __init__(self, dim: int, num_heads: int, window_size: int = 7, shift: bool = False,
+                 mlp_ratio: float = 4., qkv_bias: bool = True, drop: float = 0.,
+                 attn_drop: float = 0., drop_path: float = 0., pad_small_map: bool = False,
+                 qk_select: Optional[str] = None, mlp_select: bool = False,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__()
+        self.window_size = window_size
+        self.shift_size = window_size // 2 if shift else 0
+        self.pad_small_map = pad_small_map
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = WindowAttention(dim, num_heads, (window_size, window_size), qkv_bias,
+                                    attn_drop, drop, qk_select, gate_init, tau)
+        self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = GatedMLP(dim, int(dim * mlp_ratio), drop=drop, select=mlp_select,
+                            gate_init=gate_init, tau=tau)
+        self.drop_path2 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
+        self._masks: Dict[tuple, Tensor] = {}
+
+    def window_and_shift(self, H: int, W: int) -> Tuple[Size, Size]:
+        """A side that fits in one window takes the window to its length and no shift (timm at
+        224), unless ``pad_small_map``."""
+        w, s = self.window_size, self.shift_size
+        if self.pad_small_map:
+            return (w, w), (s, s)
+        window = tuple(min(n, w) for n in (H, W))
+        shift = tuple(0 if n <= w else s for n in (H, W))
+        return window, shift
+
+    def _mask(self, size: Size, window: Size, shift: Size, device) -> Optional[Tensor]:
+        if not any(shift):
+            return None
+        key = (size, window, shift, str(device))
+        if key not in self._masks:
+            if len(self._masks) > 32:
+                self._masks.clear()
+            self._masks[key] = shifted_window_mask(size, window, shift).to(device)
+        return self._masks[key]
+
+    def _attn(self, x: Tensor) -> Tensor:
+        B, H, W, C = x.shape
+        window, shift = self.window_and_shift(H, W)
+        pad_h, pad_w = (-H) % window[0], (-W) % window[1]
+        if pad_h or pad_w:
+            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+        Hp, Wp = H + pad_h, W + pad_w
+        if any(shift):
+            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
+        mask = self._mask((Hp, Wp), window, shift, x.device)
+        x = self.attn(window_partition(x, window), window, mask)
+        x = window_reverse(x, window, Hp, Wp)
+        if any(shift):
+            x = torch.roll(x, shifts=shift, dims=(1, 2))
+        return x[:, :H, :W, :] if pad_h or pad_w else x
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (B, H, W, C)."""
+        x = x + self.drop_path1(self._attn(self.norm1(x)))
+        return x + self.drop_path2(self.mlp(self.norm2(x)))
+
+
+class PatchMerging(nn.Module):
+    """2×2 patch merging (timm's channel order: (0,0), (1,0), (0,1), (1,1)); pads odd sizes."""
+
+    def __init__(self, dim: int, out_dim: Optional[int] = None):
+        super().__init__()
+        self.out_dim = out_dim or 2 * dim
+        self.norm = nn.LayerNorm(4 * dim)
+        self.reduction = nn.Linear(4 * dim, self.out_dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, H, W, C = x.shape
+        x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
+        H, W = x.shape[1:3]
+        x = x.reshape(B, H // 2, 2, W // 2, 2, C).permute(0, 1, 3, 4, 2, 5).flatten(3)
+        return self.reduction(self.norm(x))
+
+
+class SwinStage(nn.Module):
+    """Optional PatchMerging (stages 1..3), then blocks alternating plain and shifted windows."""
+
+    def __init__(self, dim: int, out_dim: int, depth: int, downsample: bool,
+                 drop_path: Sequence[float], **block_kwargs):
+        super().__init__()
+        self.downsample = PatchMerging(dim, out_dim) if downsample else nn.Identity()
+        self.blocks = nn.Sequential(*[
+            SwinBlock(out_dim, shift=j % 2 == 1, drop_path=drop_path[j], **block_kwargs)
+            for j in range(depth)
+        ])
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.blocks(self.downsample(x))
+
+
+# ----------------------------------------------------------------------------- backbone
+@MODELS.register_module()
+class Swin(SelectableBackbone):
+    """Swin Transformer backbone: baseline, DCS or KCR; supernet or pruned subnet.
+
+    Args:
+        arch: ``'swin-t'``, ``'swin-s'`` or ``'swin-b'``.
+        variant, subnet, qk_mask, gate_init, tau: see :class:`SelectableBackbone`.
+        img_size: the nominal input size (for the cost model only; any size runs).
+        patch_size, in_channels, window_size, mlp_ratio, qkv_bias: as timm.
+        drop_rate: dropout after the attention projection and in the MLP.
+        attn_drop_rate: dropout on the attention weights.
+        drop_path_rate: stochastic depth, growing linearly over all blocks.
+        out_indices: stages whose (normalised) feature maps (B, C_i, H_i, W_i) are returned;
+            each has its own LayerNorm ``norm{i}``. ``(3,)`` for classification.
+        frozen_stages: freeze the patch embedding and stages 0..k (and their norms), as
+            mmpretrain (here stage i starts with the PatchMerging that enters it, timm's
+            layout); -1 freezes nothing.
+        pad_small_map: keep the full window and the shift on maps smaller than the window (mmdet);
+            by default such a side takes the window to its length and is not shifted (timm).
+    """
+    family = 'swin'
+    arch_zoo = {
+        'swin-t': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
+        'swin-s': dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
+        'swin-b': dict(embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)),
+    }
+
+    def __init__(self, arch: str = 'swin-t', variant: Optional[str] = None,
+                 subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
+                 tau: float = 4.5, img_size: int = 224, patch_size: int = 4,
+                 in_channels: int = 3, window_size: int = 7, mlp_ratio: float = 4.,
+                 qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0., out_indices: Union[int, Sequence[int]] = (3, ),
+                 frozen_stages: int = -1, pad_small_map: bool = False, init_cfg=None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+        s = self.arch_settings
+        depths, heads = s['depths'], s['num_heads']
+        self.num_stages = len(depths)
+        self.num_features = [s['embed_dims'] * 2**i for i in range(self.num_stages)]
+        self.out_indices = normalize_out_indices(out_indices, self.num_stages, 'Swin')
+        self.img_size = img_size
+        self.patch_size = patch_size
+        self.mlp_ratio = mlp_ratio
+        self.frozen_stages = frozen_stages
+
+        self.patch_embed = PatchEmbed(patch_size, in_channels, self.num_features[0])
+        dpr = drop_path_rates(drop_path_rate, sum(depths))
+        layers, start = [], 0
+        for i, depth in enumerate(depths):
+            layers.append(SwinStage(
+                self.num_features[max(i - 1, 0)], self.num_features[i], depth,
+                downsample=i > 0, drop_path=dpr[start:start + depth], num_heads=heads[i],
+                window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
+                drop=drop_rate, attn_drop=attn_drop_rate, pad_small_map=pad_small_map,
+                qk_select=self.qk_select, mlp_select=self.mlp_select,
+                gate_init=self.gate_init, tau=self.tau))
+            start += depth
+        self.layers = nn.Sequential(*layers)
+        for i in self.out_indices:
+            self.add_module(f'norm{i}', nn.LayerNorm(self.num_features[i]))
+        self._init_weights()
+        self._apply_subnet()
+        self._freeze_stages()
+
+    def _init_weights(self) -> None:
+        """timm's init (truncated normal .02 on linear weights, zero biases), leaving the
+        selection modules at their "all kept" initialisation."""
+        for name, m in self.named_modules():
+            if isinstance(m, nn.Linear) and '.qk_select.' not in f'.{name}.':
+                nn.init.trunc_normal_(m.weight, std=.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+    def _freeze_stages(self) -> None:
+        if self.frozen_stages < 0:
+            return
+        frozen = [self.patch_embed] + list(self.layers[:self.frozen_stages + 1])
+        frozen += [getattr(self, f'norm{i}') for i in self.out_indices if i <= self.frozen_stages]
+        for m in frozen:
+            m.eval()
+            for p in m.parameters():
+                p.requires_grad = False
+
+    def train(self, mode: bool = True) -> 'Swin':
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        x = self.patch_embed(x)
+        outs = []
+        for i, stage in enumerate(self.layers):
+            x = stage(x)
+            if i in self.out_indices:
+                outs.append(getattr(self, f'norm{i}')(x).permute(0, 3, 1, 2).contiguous())
+        return tuple(outs)
+
+    # ----------------------------------------------------------------- cost (METHOD §3)
+    def stage_tokens(self, img_size: Optional[int] = None) -> List[int]:
+        """Tokens of every stage at the nominal input size (56², 28², 14², 7² at 224)."""
+        side = math.ceil((img_size or self.img_size) / self.patch_size)
+        tokens = []
+        for _ in range(self.num_stages):
+            tokens.append(side * side)
+            side = (side + 1) // 2
+        return tokens
+
+    def cost_terms(self) -> List[CostTerm]:
+        """KCR on Swin: every block's MLP, l = 2 layers; exact FLOPs 2·N_stage·hidden per kept
+        channel (fc1 reads it, fc2 writes it)."""
+        tokens = self.stage_tokens()
+        terms = []
+        for i, stage in enumerate(self.layers):
+            for block in stage.blocks:
+                mlp = block.mlp
+                if getattr(mlp, 'select', None) is None:
+                    continue
+                terms.append(CostTerm(mlp.select, mlp_layers=2,
+                                      flops_per_channel=2. * tokens[i] * mlp.hidden_features))
+        return terms
+
+
+# ----------------------------------------------------------------------------- conversion
+_BUFFERS = ('relative_position_index', 'attn_mask')
+
+
+def _check_arch(state_dict: Dict[str, Tensor], arch: str) -> Tuple[int, int]:
+    """The embed dims and the number of stages of ``arch``, checked against the weights."""
+    if arch not in Swin.arch_zoo:
+        raise ValueError(f'unknown Swin arch {arch!r}; valid: {", ".join(Swin.arch_zoo)}')
+    s = Swin.arch_zoo[arch]
+    w = state_dict.get('patch_embed.proj.weight')
+    if w is not None and w.shape[0] != s['embed_dims']:
+        raise ValueError(f'the checkpoint has embed dims {w.shape[0]}, arch {arch!r} has '
+                         f'{s["embed_dims"]}')
+    for i, depth in enumerate(s['depths']):
+        if f'layers.{i}.blocks.{depth - 1}.norm1.weight' not in state_dict or \
+                f'layers.{i}.blocks.{depth}.norm1.weight' in state_dict:
+            raise ValueError(f'the checkpoint does not have {depth} blocks in stage {i} '
+                             f'(arch {arch!r})')
+    return s['embed_dims'], len(s['depths'])
+
+
+def convert_timm(state_dict: Dict[str, Tensor], arch: str) -> Dict[str, Tensor]:
+    """timm ``SwinTransformer`` weights → an mmpretrain ``ImageClassifier`` with this backbone
+    (``backbone.*``, the final ``norm`` as ``backbone.norm3``) and a ``LinearClsHead``
+    (``head.fc.*``)."""
+    state_dict = state_dict.get('state_dict', state_dict.get('model', state_dict))
+    _, num_stages = _check_arch(state_dict, arch)
+    out = {}
+    for k, v in state_dict.items():
+        if k.endswith(_BUFFERS):
+            continue
+        if k.startswith('head.fc.'):
+            out[k] = v
+        elif k.startswith('norm.'):
+            out[f'backbone.norm{num_stages - 1}.{k[5:]}'] = v
+        else:
+            out[f'backbone.{k}'] = v
+    return out
+
+
+def convert_official_swin(state_dict: Dict[str, Tensor], arch: str) -> Dict[str, Tensor]:
+    """The original Microsoft checkpoints (PatchMerging at the *end* of stages 0..2, ``head.*``,
+    persistent ``relative_position_index`` / ``attn_mask`` buffers) → as :func:`convert_timm`."""
+    state_dict = state_dict.get('state_dict', state_dict.get('model', state_dict))
+    timm_sd = {}
+    for k, v in state_dict.items():
+        if k.endswith(_BUFFERS):
+            continue
+        k = re.sub(r'^layers\.(\d+)\.downsample', lambda m: f'layers.{int(m.group(1)) + 1}.'
+                   'downsample', k)
+        if k.startswith('head.'):
+            k = 'head.fc.' + k[5:]
+        timm_sd[k] = v
+    return convert_timm(timm_sd, arch)
