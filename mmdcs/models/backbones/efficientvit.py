@@ -1,0 +1,508 @@
+"""EfficientViT (MIT Han Lab; Cai et al., ICCV 2023) with DCS / KCR channel selection.
+
+The network is timm 1.0.31's ``efficientvit_mit.EfficientVit`` (B0-B3), layer for layer and with
+its parameter names, so a timm checkpoint converts by adding a prefix (:func:`convert_timm`):
+
+    stem    3×3 s2 ConvNormAct + residual DSConv blocks                               stride 2
+    stages  0, 1: MBConv blocks (the first one strides by 2)                         strides 4, 8
+            2, 3: one strided MBConv, then EfficientVitBlocks =
+                  context module ResidualBlock(LiteMLA) + local module ResidualBlock(MBConv)
+                                                                                     strides 16, 32
+    head_in_conv  1×1 ConvNormAct to head_widths[0] (timm's ``head.in_conv``)        stride 32
+
+LiteMLA (lightweight multi-scale linear attention): a 1×1 conv gives q, k, v for ``heads`` heads
+of ``dim`` channels (``heads = C // dim``, total_dim = heads·dim); every scale of ``scales`` adds a
+branch (5×5 depthwise + grouped 1×1 conv of q, k, v); per branch and head the ReLU linear
+attention ``(ReLU(q) (ReLU(k)ᵀ [v 1]))[:-1] / ([...][-1] + eps)`` runs in fp32 with autocast off;
+the concatenated outputs (total_dim·(1 + len(scales)) channels) go through ``proj`` (1×1
+ConvNorm).
+
+DCS (METHOD §2, seed 000 A.1), per LiteMLA:
+
+1. Q/K channel selection: M = gate(Linear_θ(x)) per pixel, on the LiteMLA input x, with
+   total_dim channels (one head-split mask of a branch); the same M multiplies q and k of every
+   scale branch before the ReLU kernel (``qk_mask='separate'``: one mask for q, one for k).
+2. Attention-output selection: α over the concatenated branch outputs; the supernet multiplies
+   them by g = gate(α) before ``proj``; the pruned LiteMLA gathers the D̃ kept channels and
+   ``proj`` reads only those. The residual stream keeps its C channels.
+
+Outputs (``out_indices``): 0 the stem (stride 2), 1-4 the stages (strides 4, 8, 16, 32: timm's
+``features_only`` indices 0-3), 5 the ``head_in_conv`` feature (stride 32, head_widths[0]
+channels; built only when asked for). The default ``(5, )`` is the classification setting: with
+mmpretrain's ``GlobalAveragePooling`` and :class:`EfficientViTClsHead` (timm's ``head.classifier``:
+Linear, LayerNorm, Hardswish, Dropout, Linear) it is timm's model exactly.
+"""
+import re
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from mmdcs.registry import MODELS
+from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
+from .base import SelectableBackbone, normalize_out_indices
+
+__all__ = ['EfficientViT', 'LiteMLA', 'TIMM_MODELS', 'convert_timm']
+
+#: nominal (training) input size: the cost model counts at this resolution
+NOMINAL_SIZE = 224
+
+
+# ----------------------------------------------------------------------------- layers
+class ConvNormAct(nn.Module):
+    """Conv2d (symmetric 'same' padding, as timm's ``create_conv2d``) + optional norm + act."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3,
+                 stride: int = 1, groups: int = 1, bias: bool = False,
+                 norm_layer: Optional[Type[nn.Module]] = nn.BatchNorm2d,
+                 act_layer: Optional[Type[nn.Module]] = nn.ReLU):
+        super().__init__()
+        padding = ((stride - 1) + (kernel_size - 1)) // 2
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding,
+                              groups=groups, bias=bias)
+        self.norm = norm_layer(out_channels) if norm_layer else nn.Identity()
+        self.act = act_layer(inplace=True) if act_layer else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.act(self.norm(self.conv(x)))
+
+
+class DSConv(nn.Module):
+    """Depthwise 3×3 ConvNormAct + pointwise ConvNorm (the stem's residual blocks)."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1,
+                 norm_layer: Type[nn.Module] = nn.BatchNorm2d,
+                 act_layer: Type[nn.Module] = nn.Hardswish):
+        super().__init__()
+        self.depth_conv = ConvNormAct(in_channels, in_channels, 3, stride, groups=in_channels,
+                                      norm_layer=norm_layer, act_layer=act_layer)
+        self.point_conv = ConvNormAct(in_channels, out_channels, 1, norm_layer=norm_layer,
+                                      act_layer=None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.point_conv(self.depth_conv(x))
+
+
+class MBConv(nn.Module):
+    """Inverted residual: 1×1 expand, 3×3 depthwise, 1×1 project.
+
+    ``fewer_norm`` (the transformer stages): the first two convs have a bias and no norm."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1,
+                 expand_ratio: float = 4, fewer_norm: bool = False,
+                 norm_layer: Type[nn.Module] = nn.BatchNorm2d,
+                 act_layer: Type[nn.Module] = nn.Hardswish):
+        super().__init__()
+        mid = round(in_channels * expand_ratio)
+        norm = None if fewer_norm else norm_layer
+        self.inverted_conv = ConvNormAct(in_channels, mid, 1, bias=fewer_norm, norm_layer=norm,
+                                         act_layer=act_layer)
+        self.depth_conv = ConvNormAct(mid, mid, 3, stride, groups=mid, bias=fewer_norm,
+                                      norm_layer=norm, act_layer=act_layer)
+        self.point_conv = ConvNormAct(mid, out_channels, 1, norm_layer=norm_layer, act_layer=None)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.point_conv(self.depth_conv(self.inverted_conv(x)))
+
+
+class ResidualBlock(nn.Module):
+    """``main(x) + x`` (``shortcut=False``: ``main(x)``, the strided first block of a stage)."""
+
+    def __init__(self, main: nn.Module, shortcut: bool = True):
+        super().__init__()
+        self.main = main
+        self.shortcut = nn.Identity() if shortcut else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.main(x)
+        return out + x if self.shortcut is not None else out
+
+
+class LiteMLA(nn.Module):
+    """Lightweight multi-scale ReLU linear attention, with the two DCS channel selections.
+
+    Args:
+        in_channels, out_channels: C in and out.
+        dim: channels per head (heads = in_channels // dim).
+        scales: kernel sizes of the multi-scale aggregation branches.
+        eps: of the linear attention's normaliser.
+        qk_select: ``None``, ``'shared'`` (one mask M for q and k) or ``'separate'``.
+        select: add α over the concatenated branch outputs (the supernet).
+        keep: the kept channels of the concatenated outputs (the pruned, deployed form).
+        gate_init, tau: initial gate logits and temperature.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, dim: int = 8,
+                 scales: Sequence[int] = (5, ), eps: float = 1e-5,
+                 norm_layer: Type[nn.Module] = nn.BatchNorm2d, qk_select: Optional[str] = None,
+                 select: bool = False, keep: Union[None, Tensor, Sequence[int]] = None,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__()
+        if qk_select not in (None, 'shared', 'separate'):
+            raise ValueError(f'qk_select must be None, "shared" or "separate", got {qk_select!r}')
+        heads = in_channels // dim
+        total_dim = heads * dim
+        self._args = dict(in_channels=in_channels, out_channels=out_channels, dim=dim,
+                          scales=tuple(scales), eps=eps, norm_layer=norm_layer,
+                          qk_select=qk_select, gate_init=gate_init, tau=tau)
+        self.eps = eps
+        self.dim = dim
+        self.heads = heads
+        self.total_dim = total_dim
+        self.num_branches = 1 + len(scales)
+        #: channels of the concatenated branch outputs (D of the α selection)
+        self.cat_dim = total_dim * self.num_branches
+        self.qkv = ConvNormAct(in_channels, 3 * total_dim, 1, norm_layer=None, act_layer=None)
+        self.aggreg = nn.ModuleList([
+            nn.Sequential(
+                nn.Conv2d(3 * total_dim, 3 * total_dim, s, padding=s // 2,
+                          groups=3 * total_dim, bias=False),
+                nn.Conv2d(3 * total_dim, 3 * total_dim, 1, groups=3 * heads, bias=False),
+            ) for s in scales
+        ])
+        self.kernel_func = nn.ReLU(inplace=False)
+        self.qk_select = None if qk_select is None else QKChannelSelector(
+            in_channels, total_dim, separate=qk_select == 'separate', gate_init=gate_init,
+            tau=tau)
+        if keep is not None:
+            keep = torch.as_tensor(keep, dtype=torch.long).flatten()
+            if keep.numel() == 0:
+                raise ValueError('a pruned LiteMLA needs at least one kept channel')
+        # the pruned form records its kept channels in its state dict
+        self.register_buffer('keep', None if keep is None else keep.clone())
+        self.select = ChannelSelector(self.cat_dim, gate_init, tau) if (
+            select and keep is None) else None
+        self.proj = ConvNormAct(self.cat_dim if keep is None else keep.numel(), out_channels, 1,
+                                norm_layer=norm_layer, act_layer=None)
+
+    def _attn(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        dtype = v.dtype
+        q, k, v = q.float(), k.float(), v.float()
+        kv = k.transpose(-1, -2) @ v
+        out = q @ kv
+        out = out[..., :-1] / (out[..., -1:] + self.eps)
+        return out.to(dtype)
+
+    def _per_branch(self, t: Tensor, m: Tensor) -> Tensor:
+        """t: (B, branches·heads, HW, dim); m: (B, HW, total_dim) → t ⊙ m in every branch."""
+        B, _, N, d = t.shape
+        m = m.to(t.dtype).reshape(B, 1, N, self.heads, d).permute(0, 1, 3, 2, 4)
+        return (t.reshape(B, self.num_branches, self.heads, N, d) * m).reshape(t.shape)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, _, H, W = x.shape
+        qkv = self.qkv(x)
+        multi_scale_qkv = torch.cat([qkv] + [op(qkv) for op in self.aggreg], dim=1)
+        multi_scale_qkv = multi_scale_qkv.reshape(B, -1, 3 * self.dim, H * W).transpose(-1, -2)
+        q, k, v = multi_scale_qkv.chunk(3, dim=-1)
+        if self.qk_select is not None:
+            mq, mk = self.qk_select(x.flatten(2).transpose(1, 2))
+            q, k = self._per_branch(q, mq), self._per_branch(k, mk)
+        q = self.kernel_func(q)
+        k = self.kernel_func(k)
+        v = F.pad(v, (0, 1), mode='constant', value=1.0)
+        if not torch.jit.is_scripting() and v.device.type != 'meta':
+            with torch.autocast(device_type=v.device.type, enabled=False):
+                out = self._attn(q, k, v)
+        else:
+            out = self._attn(q, k, v)
+        out = out.transpose(-1, -2).reshape(B, -1, H, W)
+        if self.keep is not None:
+            out = out.index_select(1, self.keep)
+        elif self.select is not None:
+            out = out * self.select().to(out.dtype).view(1, -1, 1, 1)
+        return self.proj(out)
+
+    @torch.no_grad()
+    def pruned(self, keep: Union[Tensor, Sequence[int]]) -> 'LiteMLA':
+        """The deployed LiteMLA for these kept channels (``proj``'s input sliced to them)."""
+        keep = torch.as_tensor(keep, dtype=torch.long, device=self.proj.conv.weight.device)
+        out = LiteMLA(**self._args, keep=keep.cpu())
+        state = {k: v for k, v in self.state_dict().items() if not k.startswith('select.')}
+        state['proj.conv.weight'] = state['proj.conv.weight'][:, keep]
+        state['keep'] = keep
+        out.load_state_dict(state)
+        return out.to(self.proj.conv.weight.device).train(self.training)
+
+    @property
+    def kept(self) -> int:
+        return self.cat_dim if self.keep is None else self.keep.numel()
+
+    def extra_repr(self) -> str:
+        return f'heads={self.heads}, dim={self.dim}, kept={self.kept}/{self.cat_dim}'
+
+
+class EfficientVitBlock(nn.Module):
+    """Context module (residual LiteMLA) + local module (residual MBConv, biased, fewer norms)."""
+
+    def __init__(self, in_channels: int, head_dim: int = 32, expand_ratio: float = 4,
+                 norm_layer: Type[nn.Module] = nn.BatchNorm2d,
+                 act_layer: Type[nn.Module] = nn.Hardswish, **select_kwargs):
+        super().__init__()
+        self.context_module = ResidualBlock(
+            LiteMLA(in_channels, in_channels, dim=head_dim, norm_layer=norm_layer,
+                    **select_kwargs))
+        self.local_module = ResidualBlock(
+            MBConv(in_channels, in_channels, expand_ratio=expand_ratio, fewer_norm=True,
+                   norm_layer=norm_layer, act_layer=act_layer))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.local_module(self.context_module(x))
+
+
+class Stem(nn.Sequential):
+    """3×3 s2 ConvNormAct + ``depth`` residual DSConv blocks."""
+
+    def __init__(self, in_channels: int, out_channels: int, depth: int,
+                 norm_layer: Type[nn.Module], act_layer: Type[nn.Module]):
+        super().__init__()
+        self.add_module('in_conv', ConvNormAct(in_channels, out_channels, 3, 2,
+                                               norm_layer=norm_layer, act_layer=act_layer))
+        for i in range(depth):
+            self.add_module(f'res{i}', ResidualBlock(
+                DSConv(out_channels, out_channels, norm_layer=norm_layer, act_layer=act_layer)))
+
+
+class EfficientVitStage(nn.Module):
+    """A strided MBConv, then MBConvs (``vit_stage=False``) or EfficientVitBlocks."""
+
+    def __init__(self, in_channels: int, out_channels: int, depth: int,
+                 norm_layer: Type[nn.Module], act_layer: Type[nn.Module], expand_ratio: float,
+                 head_dim: int, vit_stage: bool = False, **select_kwargs):
+        super().__init__()
+        blocks = [ResidualBlock(
+            MBConv(in_channels, out_channels, 2, expand_ratio, fewer_norm=vit_stage,
+                   norm_layer=norm_layer, act_layer=act_layer), shortcut=False)]
+        if vit_stage:
+            blocks += [
+                EfficientVitBlock(out_channels, head_dim, expand_ratio, norm_layer, act_layer,
+                                  **select_kwargs) for _ in range(depth)
+            ]
+        else:
+            blocks += [
+                ResidualBlock(MBConv(out_channels, out_channels, 1, expand_ratio,
+                                     norm_layer=norm_layer, act_layer=act_layer))
+                for _ in range(1, depth)
+            ]
+        self.blocks = nn.Sequential(*blocks)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.blocks(x)
+
+
+# ----------------------------------------------------------------------------- backbone
+@MODELS.register_module()
+class EfficientViT(SelectableBackbone):
+    """EfficientViT-B (MIT) backbone with DCS / KCR variants.
+
+    Args:
+        arch: ``'efficientvit-b0'`` … ``'efficientvit-b3'`` (timm's ``efficientvit_b0..b3``).
+        variant, subnet, qk_mask, gate_init, tau, init_cfg: see :class:`SelectableBackbone`.
+        in_channels: image channels.
+        out_indices: outputs to return: 0 stem (stride 2), 1-4 stages (strides 4-32), 5 the
+            classification feature ``head_in_conv`` (stride 32, head_widths[0] channels; only
+            built when 5 is asked for). Default ``(5, )``: the classification setting.
+        frozen_stages: freeze the stem (0) and stages 1..frozen_stages (numbered as the
+            outputs); -1 freezes nothing.
+        norm_eval: keep the BatchNorm layers in eval mode during training (detection).
+    """
+    family = 'efficientvit'
+    arch_zoo = {
+        'efficientvit-b0': dict(widths=(8, 16, 32, 64, 128), depths=(1, 2, 2, 2, 2),
+                                head_dim=16, head_widths=(1024, 1280)),
+        'efficientvit-b1': dict(widths=(16, 32, 64, 128, 256), depths=(1, 2, 3, 3, 4),
+                                head_dim=16, head_widths=(1536, 1600)),
+        'efficientvit-b2': dict(widths=(24, 48, 96, 192, 384), depths=(1, 3, 4, 4, 6),
+                                head_dim=32, head_widths=(2304, 2560)),
+        'efficientvit-b3': dict(widths=(32, 64, 128, 256, 512), depths=(1, 4, 6, 6, 9),
+                                head_dim=32, head_widths=(2304, 2560)),
+    }
+    #: first stage index (in ``stages``) made of EfficientVitBlocks
+    vit_from = 2
+    num_outputs = 6
+
+    def __init__(self, arch: str = 'efficientvit-b1', variant: Optional[str] = None,
+                 subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
+                 tau: float = 4.5, in_channels: int = 3,
+                 out_indices: Union[int, Sequence[int]] = (5, ), frozen_stages: int = -1,
+                 norm_eval: bool = False, expand_ratio: float = 4, init_cfg=None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+        s = self.arch_settings
+        widths, depths = s['widths'], s['depths']
+        norm_layer, act_layer = nn.BatchNorm2d, nn.Hardswish
+        self.out_indices = normalize_out_indices(out_indices, self.num_outputs,
+                                                 type(self).__name__)
+        if not -1 <= frozen_stages < self.num_outputs - 1:
+            raise ValueError(f'{type(self).__name__}: frozen_stages must be in [-1, '
+                             f'{self.num_outputs - 2}], got {frozen_stages}')
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.head_dim = s['head_dim']
+        self.expand_ratio = expand_ratio
+        #: channels and stride of every output index
+        self.channels = tuple(widths) + (s['head_widths'][0], )
+        self.strides = (2, 4, 8, 16, 32, 32)
+        #: channels of the requested outputs (for a neck's ``in_channels``)
+        self.out_channels = tuple(self.channels[i] for i in self.out_indices)
+
+        select_kwargs = dict(qk_select=self.qk_select, select=self.mlp_select,
+                             gate_init=self.gate_init, tau=self.tau)
+        self.stem = Stem(in_channels, widths[0], depths[0], norm_layer, act_layer)
+        self.stages = nn.Sequential(*[
+            EfficientVitStage(widths[i], widths[i + 1], depths[i + 1], norm_layer, act_layer,
+                              expand_ratio, self.head_dim, vit_stage=i >= self.vit_from,
+                              **select_kwargs) for i in range(len(widths) - 1)
+        ])
+        self.head_in_conv = ConvNormAct(widths[-1], s['head_widths'][0], 1,
+                                        norm_layer=norm_layer, act_layer=act_layer) if (
+                                            self.num_outputs - 1 in self.out_indices) else None
+        self._apply_subnet()
+        self._freeze_stages()
+
+    # ----------------------------------------------------------------- forward
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        outs = []
+        x = self.stem(x)
+        if 0 in self.out_indices:
+            outs.append(x)
+        for i, stage in enumerate(self.stages, start=1):
+            x = stage(x)
+            if i in self.out_indices:
+                outs.append(x)
+        if self.head_in_conv is not None:
+            outs.append(self.head_in_conv(x))
+        return tuple(outs)
+
+    def _freeze_stages(self) -> None:
+        modules = [self.stem] + list(self.stages)
+        for m in modules[:self.frozen_stages + 1]:
+            m.eval()
+            for p in m.parameters():
+                p.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self
+
+    # ----------------------------------------------------------------- method
+    def attentions(self) -> Dict[str, LiteMLA]:
+        """Path → LiteMLA of every transformer block (supernet or pruned)."""
+        return {n: m for n, m in self.named_modules() if isinstance(m, LiteMLA)}
+
+    def cost_terms(self) -> List[CostTerm]:
+        """Per prunable LiteMLA j (seed 000 A.1, METHOD §3), at the nominal 224 input:
+
+        * paper: (2D̃² + D̃) + (1 + D̃)·H·W·C with H×W the block's feature map and C the output
+          channels of the next MBConv's first conv (a proxy: the residual keeps all channels);
+        * flops: H·W·C_out per kept channel, the MACs of ``proj`` (the only layer whose shape
+          depends on D̃; the gather before it costs no MACs).
+        """
+        terms = []
+        for i, stage in enumerate(self.stages):
+            hw = (NOMINAL_SIZE // self.strides[i + 1])**2
+            for block in stage.blocks:
+                if not isinstance(block, EfficientVitBlock):
+                    continue
+                attn = block.context_module.main
+                if attn.select is None:
+                    continue
+                next_conv = block.local_module.main.inverted_conv.conv
+                terms.append(CostTerm(attn.select, mlp_layers=1,
+                                      conv_hwc=float(hw * next_conv.out_channels),
+                                      flops_per_channel=float(hw * attn.proj.conv.out_channels)))
+        return terms
+
+    # ----------------------------------------------------------------- checkpoints
+    def load_converted(self, state_dict: dict, strict: bool = True):
+        """As :meth:`SelectableBackbone.load_converted`; the classification feature
+        (``head_in_conv``) of a checkpoint is dropped when this backbone does not build it."""
+        if self.head_in_conv is None:
+            state_dict = {k: v for k, v in state_dict.items()
+                          if not k.startswith('head_in_conv.')}
+        return super().load_converted(state_dict, strict)
+
+
+# ----------------------------------------------------------------------------- classifier head
+try:
+    from mmpretrain.models.heads import ClsHead as _ClsHead
+except ImportError:  # pragma: no cover - the backbone works without mmpretrain
+    _ClsHead = None
+
+if _ClsHead is not None:
+
+    @MODELS.register_module()
+    class EfficientViTClsHead(_ClsHead):
+        """timm's EfficientViT classifier MLP on the pooled ``head_in_conv`` feature:
+        Linear(in, mid, no bias), LayerNorm, Hardswish, Dropout, Linear(mid, classes).
+
+        Parameter names are timm's (``classifier.0`` … ``classifier.4``). ``pre_logits`` is the
+        ``mid_channels`` vector after the activation.
+        """
+
+        def __init__(self, num_classes: int, in_channels: int, mid_channels: int,
+                     dropout_rate: float = 0., norm_eps: float = 1e-5, **kwargs):
+            super().__init__(**kwargs)
+            if num_classes <= 0:
+                raise ValueError(f'num_classes={num_classes} must be a positive integer')
+            self.num_classes = num_classes
+            self.in_channels = in_channels
+            self.mid_channels = mid_channels
+            self.classifier = nn.Sequential(
+                nn.Linear(in_channels, mid_channels, bias=False),
+                nn.LayerNorm(mid_channels, eps=norm_eps),
+                nn.Hardswish(),
+                nn.Dropout(dropout_rate),
+                nn.Linear(mid_channels, num_classes),
+            )
+
+        @property
+        def fc(self) -> nn.Linear:
+            """The last (class) layer."""
+            return self.classifier[4]
+
+        def pre_logits(self, feats: Tuple[Tensor]) -> Tensor:
+            x = feats[-1]
+            for layer in self.classifier[:4]:
+                x = layer(x)
+            return x
+
+        def forward(self, feats: Tuple[Tensor]) -> Tensor:
+            return self.fc(self.pre_logits(feats))
+
+    __all__.append('EfficientViTClsHead')
+
+
+# ----------------------------------------------------------------------------- timm conversion
+TIMM_MODELS = {
+    'efficientvit-b0': 'efficientvit_b0',
+    'efficientvit-b1': 'efficientvit_b1',
+    'efficientvit-b2': 'efficientvit_b2',
+    'efficientvit-b3': 'efficientvit_b3',
+}
+
+
+def convert_timm(state_dict: Dict[str, Tensor], arch: str) -> Dict[str, Tensor]:
+    """A timm ``efficientvit_b*`` state dict → the state dict of the mmpretrain ImageClassifier
+    of ``configs/_base_/models/efficientvit_<arch>.py`` (``backbone.*`` keeps timm's names;
+    ``head.in_conv`` → ``backbone.head_in_conv``; ``head.classifier`` → ``head.classifier``)."""
+    if arch not in TIMM_MODELS:
+        raise ValueError(f'convert_timm: unknown arch {arch!r}; valid: {", ".join(TIMM_MODELS)}')
+    out = {}
+    for k, v in state_dict.items():
+        if k.startswith('head.in_conv.'):
+            out['backbone.head_in_conv.' + k[len('head.in_conv.'):]] = v
+        elif k.startswith('head.classifier.'):
+            out[k] = v
+        elif re.match(r'^(stem|stages)\.', k):
+            out['backbone.' + k] = v
+        else:
+            raise KeyError(f'convert_timm({arch}): unexpected timm key {k!r}')
+    return out
