@@ -1,0 +1,779 @@
+"""The variational IB bound of DCS (METHOD §6; seed 000, section 3.3, Theorem 3.1, eq. 2 and 7).
+
+Plain PyTorch: no mmengine runner or registry import. A hook drives :class:`IBState`::
+
+    state = IBState(num_classes=C, feat_dim=d)          # once
+    state.init_input_centroids(input_representation(sample_images))   # once, before training
+    for epoch:                                # (or let update() do it: pass inputs_repr to it)
+        state.begin_epoch()
+        for batch:   # every training batch, on every rank, warm-up epochs included
+            rep = input_representation(images)
+            state.update(features, labels, rep)         # streaming Q sums + k-means sums
+            out = state.loss(features, labels, rep)
+            loss = ce + eta * out.ibb                   # after t_warm (gradient: out.variational)
+        state.end_epoch()                               # all-reduce, refresh Q and centroids
+    ckpt['ib_state'] = state.state_dict()               # everything, O(C·(C + d)) tensors
+
+Definitions (the paper's, with A = B = C clusters):
+
+* X_i, the input representation: :func:`input_representation` — the image area-averaged to
+  8×8 per channel (``adaptive_avg_pool2d``: the exact mean of each block when H and W are
+  multiples of 8, an anti-aliased and deterministic resize otherwise), flattened (3·64 = 192
+  values) and L2-normalised. Its centroids are computed once, before training, by seeded
+  k-means++ and Lloyd iterations on a sample (:meth:`IBState.init_input_centroids`).
+* X̃_i, the learned feature: the classifier's pre-logit vector.
+* φ(v, a) = softmax_a(−s·‖v − c_a‖²) (:func:`soft_assign`), s = 1 by default.
+* Eq. (7), Q(a|y) = Σ_i φ(X̃_i, a)·1[y_i = y] / Σ_i 1[y_i = y] over the epoch.
+* Eq. (2), per batch, IBB_j = mean_i [Σ_a Σ_b φ(X̃_i,a) φ(X_i,b) log φ(X_i,b)
+  − Σ_a φ(X̃_i,a) log Q(a|y_i)], log Q clamped at log(q_min). Since Σ_a φ(X̃_i,a) = 1 the first
+  term is Σ_b φ(X_i,b) log φ(X_i,b): it does not depend on the network weights, has no gradient,
+  and is reported apart (:class:`IBBOutput`).
+
+Streaming (memory independent of the dataset size n): during an epoch the state accumulates the
+numerator of eq. (7) (C×A), the class counts (C) and the k-means sums and counts (A×d), all in
+float64; :meth:`IBState.end_epoch` all-reduces them (SUM) across DDP ranks and refreshes Q and
+the feature centroids. Alg. 1 line 16 runs "K-means clustering" on the epoch's X̃ at the end of
+the epoch. mmdcs does **exact streaming Lloyd** (:class:`MiniBatchKMeans`): every X̃_i of the
+epoch is assigned to its nearest centroid of the previous epoch — the same centroids that give
+φ(X̃_i, a) for Q — the per-cluster sums and counts are accumulated, and at the end of the epoch
+c_a = sum_a / count_a (an empty cluster keeps its centroid). That is exactly one full-batch
+Lloyd iteration on the epoch's features (a test checks it), warm-started from the previous
+epoch, so over the epochs it is k-means that follows the moving features at no extra pass over
+the data. (Sculley's 2010 mini-batch k-means, with per-centroid learning rates, was the
+alternative; it depends on the batch order and has no exact full-batch counterpart.)
+
+Before the feature centroids exist (the very first batches), :meth:`IBState.update` keeps a
+bounded buffer of the first ``init_samples`` features (all ranks together; a scalar all-reduce
+per batch until then), runs seeded k-means++ (then ``feature_init_iters`` Lloyd iterations) on
+the buffer gathered from all ranks in rank order — identical centroids on every rank — and then
+accumulates the buffered rows as usual, so no sample of the epoch is lost. The buffer (at most
+``init_samples`` rows plus one batch, during the first batches of the first epoch only) is then
+freed; it is not part of the checkpoint: a run resumed before the initialisation starts over.
+
+The exact IB(W) = I(X̃;X) − I(X̃;Y) of section 3.3 (:func:`ib_exact`) and IBB(W) over a whole
+(sub)set (:func:`ibb_full`) are there for reports (seed 000, Table 4) and for the tests.
+
+Theorem 3.1 (IB ≤ IBB) — what holds and what does not. With P(a, b) = (1/n) Σ_i φ(X̃_i,a)
+φ(X_i,b) and P(a, y) as in section 3.3, an exact rearrangement gives
+(:func:`ib_bound_decomposition`)
+
+    IBB − IB = Σ_y P(y) KL(P(·|y) ‖ Q(·|y)) + H(X̃|X) − (1/n) Σ_i H(φ(X_i, ·)).
+
+The first term is ≥ 0 for every Q (0 for the Q of eq. 7), so eq. (7) gives the smallest IBB and
+if the bound holds for it, it holds for every Q. As X̃ and X are independent given the sample,
+H(X̃|X) ≥ (1/n) Σ_i H(φ(X̃_i,·)): the theorem holds whenever the feature assignments are on
+average at least as soft as the input ones. Otherwise nothing makes H(X̃|X) ≥ (1/n) Σ_i
+H(φ(X_i,·)), and the theorem can fail. Lemma D.1 is right, IB ≤ IBB + (1/n²) Σ_i Σ_j Σ_b
+−φ(X_i,b) log φ(X_j,b) (:func:`lemma_d1_slack`, ≥ 0); Theorem 3.1 drops that term. Counter-
+examples: all X̃_i near one centroid (H(X̃|X) ≈ 0) with soft φ(X_i,·); and, generically, the
+representation above at s = 1: L2-normalised inputs have ‖X_i − c_b‖² ≤ 4, φ(X_i,·) is close to
+uniform and IBB − IB ≈ H(X̃) − log C ≤ 0 for the Q of eq. (7) (the tests show violations on
+random features for s ∈ {0.1, 1, 5} and on ResNet-18 features of real digits for s ∈ {0.1, 1}).
+So the IBB value logged at s = 1 is not an upper bound of IB. The corrected bound
+IB ≤ IBB + lemma_d1_slack always holds; the added term depends on the inputs only, so the
+gradient of the training loss — the only thing the training uses — is unchanged.
+"""
+import math
+from collections import OrderedDict
+from numbers import Integral, Real
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    'INPUT_SIZE', 'input_representation', 'soft_assign', 'log_soft_assign', 'kmeans_pp_init',
+    'lloyd_step', 'kmeans', 'MiniBatchKMeans', 'IBState', 'IBBOutput', 'IBTerms', 'optimal_q',
+    'ib_exact', 'ibb_full', 'lemma_d1_slack', 'ib_bound_decomposition'
+]
+
+#: side of the area-averaged image of the input representation (3·8·8 = 192 values)
+INPUT_SIZE = 8
+
+
+# ---------------------------------------------------------------------------------------------
+# argument checks (ValueError naming the argument)
+# ---------------------------------------------------------------------------------------------
+def _check_scale(s, name: str = 's') -> float:
+    if isinstance(s, bool) or not isinstance(s, Real) or not math.isfinite(s) or s <= 0:
+        raise ValueError(f'{name} (the soft-assignment scale) must be a finite number > 0, '
+                         f'got {s!r}')
+    return float(s)
+
+
+def _check_int(v, name: str, minimum: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, Integral) or v < minimum:
+        raise ValueError(f'{name} must be an integer >= {minimum}, got {v!r}')
+    return int(v)
+
+
+def _check_matrix(x, name: str, dim: Optional[int] = None) -> Tensor:
+    if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
+        desc = f'a {x.dim()}-D {x.dtype} tensor' if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f'{name} must be a 2-D floating tensor (rows = samples), got {desc}')
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f'{name}: feature dimension mismatch, expected {dim} columns, '
+                         f'got shape {tuple(x.shape)}')
+    return x
+
+
+def _check_labels(labels, n: int, num_classes: int, name: str = 'labels') -> Tensor:
+    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.is_floating_point() \
+            or labels.dtype == torch.bool or labels.is_complex():
+        raise ValueError(f'{name} must be a 1-D integer tensor of class indices')
+    if labels.shape[0] != n:
+        raise ValueError(f'{name}: {labels.shape[0]} labels for {n} samples')
+    if n and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise ValueError(f'{name} out of range: must lie in [0, {num_classes}), got '
+                         f'min {int(labels.min())}, max {int(labels.max())}')
+    return labels.long()
+
+
+# ---------------------------------------------------------------------------------------------
+# distributed helpers (shared with kcr.py; no-ops without an initialised process group)
+# ---------------------------------------------------------------------------------------------
+def _world_size() -> int:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def _all_reduce_sum_(*tensors: Tensor) -> None:
+    """In-place SUM over the ranks (nothing when not distributed)."""
+    if _world_size() > 1:
+        import torch.distributed as dist
+        for t in tensors:
+            dist.all_reduce(t, op=dist.ReduceOp.SUM)
+
+
+def _all_gather_rows(t: Tensor) -> Tensor:
+    """Concatenate the rows of ``t`` from every rank, in rank order (sizes may differ)."""
+    if _world_size() == 1:
+        return t
+    import torch.distributed as dist
+    world = _world_size()
+    size = torch.tensor([t.shape[0]], device=t.device, dtype=torch.long)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    sizes = [int(s) for s in sizes]
+    longest = max(sizes)
+    padded = t.new_zeros((longest, ) + tuple(t.shape[1:]))
+    padded[:t.shape[0]] = t
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[:s] for p, s in zip(parts, sizes)])
+
+
+def _broadcast_(t: Tensor, src: int = 0) -> None:
+    if _world_size() > 1:
+        import torch.distributed as dist
+        dist.broadcast(t, src=src)
+
+
+class _TensorState:
+    """A small container of named tensors with ``state_dict``/``load_state_dict``/``to``.
+
+    Deliberately **not** an ``nn.Module``: registered as a submodule of a DDP-wrapped model, its
+    buffers would be overwritten by rank 0's at every forward (``broadcast_buffers``), which
+    would destroy the per-rank running sums. The owner (a hook) saves it in checkpoints.
+    """
+    _state_names: Tuple[str, ...] = ()
+    _state_children: Tuple[str, ...] = ()
+
+    def named_tensors(self, prefix: str = '') -> Iterator[Tuple[str, Tensor]]:
+        for name in self._state_names:
+            yield prefix + name, getattr(self, name)
+        for child in self._state_children:
+            yield from getattr(self, child).named_tensors(prefix + child + '.')
+
+    def state_dict(self) -> 'OrderedDict[str, Tensor]':
+        return OrderedDict((k, v.detach().clone()) for k, v in self.named_tensors())
+
+    def load_state_dict(self, state_dict: Dict[str, Tensor], strict: bool = True) -> None:
+        own = dict(self.named_tensors())
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if strict and (missing or unexpected):
+            raise KeyError(f'{type(self).__name__}.load_state_dict: missing keys {missing}, '
+                           f'unexpected keys {unexpected}')
+        for key, value in state_dict.items():
+            if key not in own:
+                continue
+            target = own[key]
+            value = torch.as_tensor(value)
+            if tuple(value.shape) != tuple(target.shape):
+                raise ValueError(f'{type(self).__name__}.load_state_dict: {key} has shape '
+                                 f'{tuple(value.shape)}, expected {tuple(target.shape)}')
+            target.copy_(value.to(device=target.device, dtype=target.dtype))
+        self._after_load()
+
+    def _after_load(self) -> None:
+        pass
+
+    def to(self, device) -> '_TensorState':
+        for name in self._state_names:
+            setattr(self, name, getattr(self, name).to(device))
+        for child in self._state_children:
+            getattr(self, child).to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.named_tensors())[1].device
+
+    def tensor_sizes(self) -> Dict[str, Tuple[int, ...]]:
+        """Name → shape of every state tensor (constant whatever the number of samples fed)."""
+        return {k: tuple(v.shape) for k, v in self.named_tensors()}
+
+
+# ---------------------------------------------------------------------------------------------
+# representation, soft assignment, k-means
+# ---------------------------------------------------------------------------------------------
+def input_representation(images: Tensor, size: int = INPUT_SIZE) -> Tensor:
+    """X_i: images (B, ch, H, W) → (B, ch·size²), area-averaged to size×size, L2-normalised.
+
+    ``adaptive_avg_pool2d`` is used (not bilinear): each output pixel is the mean of its input
+    block (exact block means when H, W are multiples of ``size``), so the representation is
+    anti-aliased, deterministic and independent of the interpolation convention. It works on a
+    mean/std-normalised float batch as well as on raw intensities; the L2 normalisation makes
+    it invariant to a global intensity scale. No gradient is needed (inputs are constants).
+    """
+    if not isinstance(images, Tensor) or images.dim() != 4 or not images.is_floating_point():
+        raise ValueError('images must be a floating (B, channels, H, W) tensor, got '
+                         + (f'shape {tuple(images.shape)} {images.dtype}'
+                            if isinstance(images, Tensor) else type(images).__name__))
+    size = _check_int(size, 'size', 1)
+    pooled = F.adaptive_avg_pool2d(images.detach(), size)
+    return F.normalize(pooled.flatten(1), dim=1)
+
+
+def _sq_dist(x: Tensor, c: Tensor) -> Tensor:
+    """‖x_i − c_a‖² (n, k), clamped at 0."""
+    return ((x * x).sum(1, keepdim=True) - 2 * x @ c.t() + (c * c).sum(1)[None]).clamp_min(0)
+
+
+def log_soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
+    """log φ(v, a) = log_softmax_a(−s·‖v − c_a‖²), (n, k), differentiable in ``v``.
+
+    Computed as log_softmax_a(s·(2 v·c_a − ‖c_a‖²)): the same values (the ‖v‖² term is a
+    per-row constant), without the cancellation of large norms.
+    """
+    s = _check_scale(s)
+    _check_matrix(v, 'v')
+    _check_matrix(centroids, 'centroids', v.shape[1])
+    c = centroids.to(device=v.device, dtype=v.dtype)
+    return torch.log_softmax(s * (2 * v @ c.t() - (c * c).sum(1)[None]), dim=1)
+
+
+def soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
+    """φ(v, a) = softmax_a(−s·‖v − c_a‖²) (seed 000, 3.3), (n, k); rows sum to 1."""
+    return log_soft_assign(v, centroids, s).exp()
+
+
+def _nearest(x: Tensor, centroids: Tensor) -> Tensor:
+    """Index of the nearest centroid (ties: the lowest index), computed in float64."""
+    x = x.to(torch.float64)
+    c = centroids.to(device=x.device, dtype=torch.float64)
+    return (-2 * x @ c.t() + (c * c).sum(1)[None]).argmin(1)
+
+
+def _default_generator(generator: Optional[torch.Generator], seed: int = 0) -> torch.Generator:
+    return generator if generator is not None else torch.Generator().manual_seed(seed)
+
+
+def kmeans_pp_init(x: Tensor, k: int, generator: Optional[torch.Generator] = None) -> Tensor:
+    """k-means++ seeding (Arthur & Vassilvitskii 2007): (k, d) centroids chosen among ``x``.
+
+    The first centroid is uniform, the next ones are drawn with probability ∝ D², the squared
+    distance to the nearest centroid so far. Sampling uses the CPU ``generator`` (default: a
+    generator seeded with 0), so the result is a deterministic function of (x, k, seed).
+    """
+    _check_matrix(x, 'x')
+    n = x.shape[0]
+    k = _check_int(k, 'k', 1)
+    if k > n:
+        raise ValueError(f'k-means++ needs at least k = {k} samples, got {n}')
+    g = _default_generator(generator)
+    xs = x.detach().to('cpu', torch.float64)
+    chosen = [int(torch.randint(n, (1, ), generator=g))]
+    d2 = _sq_dist(xs, xs[chosen[-1]][None])[:, 0]
+    for _ in range(1, k):
+        if float(d2.sum()) > 0:
+            j = int(torch.multinomial(d2, 1, generator=g))
+        else:  # every point coincides with a centroid: uniform among the unchosen ones
+            free = torch.ones(n, dtype=torch.bool)
+            free[chosen] = False
+            cand = free.nonzero()[:, 0]
+            j = int(cand[torch.randint(len(cand), (1, ), generator=g)])
+        chosen.append(j)
+        d2 = torch.minimum(d2, _sq_dist(xs, xs[j][None])[:, 0])
+    return x.detach()[torch.tensor(chosen, device=x.device)].clone()
+
+
+def lloyd_step(x: Tensor, centroids: Tensor) -> Tuple[Tensor, Tensor]:
+    """One full-batch Lloyd iteration: (new centroids, counts); an empty cluster keeps its
+    centroid. float64; the reference for :class:`MiniBatchKMeans`."""
+    _check_matrix(x, 'x')
+    _check_matrix(centroids, 'centroids', x.shape[1])
+    x = x.detach().to(torch.float64)
+    c = centroids.detach().to(device=x.device, dtype=torch.float64)
+    idx = _nearest(x, c)
+    sums = torch.zeros_like(c).index_add_(0, idx, x)
+    counts = torch.bincount(idx, minlength=c.shape[0])
+    new = c.clone()
+    keep = counts > 0
+    new[keep] = sums[keep] / counts[keep, None].to(torch.float64)
+    return new, counts
+
+
+def kmeans(x: Tensor, k: int, iters: int = 20,
+           generator: Optional[torch.Generator] = None) -> Tensor:
+    """k-means++ seeding, then up to ``iters`` Lloyd iterations (stops when stable); float64."""
+    iters = _check_int(iters, 'iters', 0)
+    c = kmeans_pp_init(x, k, generator).to(torch.float64)
+    for _ in range(iters):
+        new, _ = lloyd_step(x, c)
+        if torch.equal(new, c):
+            break
+        c = new
+    return c
+
+
+class MiniBatchKMeans(_TensorState):
+    """Streaming k-means over mini-batches: the exact Lloyd step, accumulated.
+
+    :meth:`partial_fit` assigns each row to its nearest current centroid and adds it to that
+    cluster's float64 sum and count; :meth:`step` sets every non-empty centroid to sum / count
+    (empty clusters keep theirs) and resets the sums. Over one pass this is exactly one
+    full-batch Lloyd iteration (:func:`lloyd_step`) on the concatenated rows, whatever the batch
+    sizes and order. :meth:`all_reduce` sums the accumulators across DDP ranks first.
+    Memory: O(k·d).
+    """
+    _state_names = ('centroids', 'sums', 'counts')
+
+    def __init__(self, num_clusters: int, dim: int, device='cpu'):
+        self.num_clusters = _check_int(num_clusters, 'num_clusters', 1)
+        self.dim = _check_int(dim, 'dim', 1)
+        self.centroids = torch.zeros(num_clusters, dim, dtype=torch.float64, device=device)
+        self.sums = torch.zeros_like(self.centroids)
+        self.counts = torch.zeros(num_clusters, dtype=torch.long, device=device)
+
+    def set_centroids(self, centroids: Tensor) -> None:
+        _check_matrix(centroids, 'centroids', self.dim)
+        if centroids.shape[0] != self.num_clusters:
+            raise ValueError(f'centroids: expected {self.num_clusters} rows, got '
+                             f'{centroids.shape[0]}')
+        self.centroids.copy_(centroids.detach().to(self.centroids))
+
+    def assign(self, x: Tensor) -> Tensor:
+        _check_matrix(x, 'x', self.dim)
+        return _nearest(x.to(self.centroids.device), self.centroids)
+
+    def partial_fit(self, x: Tensor) -> Tensor:
+        """Accumulate a batch; returns its hard assignments."""
+        x = _check_matrix(x, 'x', self.dim).detach().to(self.centroids.device, torch.float64)
+        idx = _nearest(x, self.centroids)
+        self.sums.index_add_(0, idx, x)
+        self.counts += torch.bincount(idx, minlength=self.num_clusters)
+        return idx
+
+    def all_reduce(self) -> None:
+        _all_reduce_sum_(self.sums, self.counts)
+
+    def step(self) -> int:
+        """Centroids ← sums / counts (non-empty clusters); resets; returns #empty clusters."""
+        keep = self.counts > 0
+        self.centroids[keep] = self.sums[keep] / self.counts[keep, None].to(torch.float64)
+        empty = int((~keep).sum())
+        self.reset()
+        return empty
+
+    def reset(self) -> None:
+        self.sums.zero_()
+        self.counts.zero_()
+
+
+# ---------------------------------------------------------------------------------------------
+# the exact IB, the bound over a whole set, and what separates them
+# ---------------------------------------------------------------------------------------------
+class IBBOutput(NamedTuple):
+    """IBB of eq. (2) on a batch (or over a set) and its two terms.
+
+    ``ibb = constant + variational``; ``variational`` = −mean_i Σ_a φ(X̃_i,a) log Q(a|y_i) carries
+    the whole gradient; ``constant`` = mean_i Σ_a Σ_b φ(X̃_i,a) φ(X_i,b) log φ(X_i,b)
+    (= mean_i Σ_b φ(X_i,b) log φ(X_i,b)) has none and is ``None`` when it cannot be computed
+    (no input representation or no input centroids).
+    """
+    ibb: Tensor
+    variational: Tensor
+    constant: Optional[Tensor]
+
+
+class IBTerms(NamedTuple):
+    """The exact IB(W) = I(X̃;X) − I(X̃;Y) of seed 000, 3.3, in nats (float64)."""
+    ib: Tensor
+    i_feat_input: Tensor
+    i_feat_label: Tensor
+
+
+def _check_assign(p: Tensor, name: str, n: Optional[int] = None) -> Tensor:
+    _check_matrix(p, name)
+    if n is not None and p.shape[0] != n:
+        raise ValueError(f'{name}: {p.shape[0]} rows, expected {n} (one per sample)')
+    return p.detach().to(torch.float64)
+
+
+def _mutual_information(joint: Tensor) -> Tensor:
+    pa = joint.sum(1, keepdim=True)
+    pb = joint.sum(0, keepdim=True)
+    return (torch.xlogy(joint, joint) - torch.xlogy(joint, pa * pb)).sum()
+
+
+def optimal_q(feat_assign: Tensor, labels: Tensor, num_classes: int) -> Tensor:
+    """Eq. (7): Q(a|y) = Σ_i φ(X̃_i,a) 1[y_i=y] / Σ_i 1[y_i=y], (C, A); unseen classes uniform."""
+    num_classes = _check_int(num_classes, 'num_classes', 2)
+    p = _check_assign(feat_assign, 'feat_assign')
+    labels = _check_labels(labels, p.shape[0], num_classes).to(p.device)
+    sums = torch.zeros(num_classes, p.shape[1], dtype=torch.float64,
+                       device=p.device).index_add_(0, labels, p)
+    counts = torch.bincount(labels, minlength=num_classes)
+    q = torch.full_like(sums, 1.0 / p.shape[1])
+    seen = counts > 0
+    q[seen] = sums[seen] / counts[seen, None].to(torch.float64)
+    return q
+
+
+def ib_exact(feat_assign: Tensor, input_assign: Tensor, labels: Tensor,
+             num_classes: int) -> IBTerms:
+    """IB(W) = I(X̃;X) − I(X̃;Y) from the φ matrices of a whole (sub)set (seed 000, 3.3).
+
+    P(a,b) = (1/n) Σ_i φ(X̃_i,a) φ(X_i,b), P(a,y) = (1/n) Σ_i φ(X̃_i,a) 1[y_i=y]; float64.
+    """
+    num_classes = _check_int(num_classes, 'num_classes', 2)
+    pf = _check_assign(feat_assign, 'feat_assign')
+    n = pf.shape[0]
+    px = _check_assign(input_assign, 'input_assign', n).to(pf.device)
+    labels = _check_labels(labels, n, num_classes).to(pf.device)
+    onehot = F.one_hot(labels, num_classes).to(torch.float64)
+    i_x = _mutual_information(pf.t() @ px / n)
+    i_y = _mutual_information(pf.t() @ onehot / n)
+    return IBTerms(i_x - i_y, i_x, i_y)
+
+
+def ibb_full(feat_assign: Tensor, input_assign: Tensor, labels: Tensor, q: Tensor,
+             q_min: float = 1e-8) -> IBBOutput:
+    """IBB(W) of Theorem 3.1 over a whole (sub)set for a given Q (C, A); float64.
+
+    The first term is computed literally, Σ_a Σ_b φ(X̃_i,a) φ(X_i,b) log φ(X_i,b).
+    """
+    _check_matrix(q, 'q')
+    pf = _check_assign(feat_assign, 'feat_assign')
+    n = pf.shape[0]
+    if q.shape[1] != pf.shape[1]:
+        raise ValueError(f'q: {q.shape[1]} clusters, feat_assign has {pf.shape[1]}')
+    px = _check_assign(input_assign, 'input_assign', n).to(pf.device)
+    labels = _check_labels(labels, n, q.shape[0]).to(pf.device)
+    q_min = _check_scale(q_min, 'q_min')
+    log_q = torch.log(q.detach().to(device=pf.device, dtype=torch.float64).clamp_min(q_min))
+    constant = (pf.sum(1) * torch.xlogy(px, px).sum(1)).mean()
+    variational = -(pf * log_q[labels]).sum(1).mean()
+    return IBBOutput(constant + variational, variational, constant)
+
+
+def lemma_d1_slack(input_assign: Tensor) -> Tensor:
+    """The term of Lemma D.1 that Theorem 3.1 drops: −(1/n²) Σ_i Σ_j Σ_b φ(X_i,b) log φ(X_j,b).
+
+    A cross-entropy, ≥ 0; with it the bound holds: IB ≤ IBB + this. Depends on the inputs only.
+    O(n·B): −Σ_b (mean_i φ(X_i,b)) (mean_j log φ(X_j,b)).
+    """
+    px = _check_assign(input_assign, 'input_assign')
+    log_px = torch.log(px.clamp_min(torch.finfo(torch.float64).tiny))
+    return -(px.mean(0) * log_px.mean(0)).sum()
+
+
+def ib_bound_decomposition(feat_assign: Tensor, input_assign: Tensor, labels: Tensor,
+                           q: Tensor) -> Dict[str, Tensor]:
+    """The exact terms of IBB − IB = kl_q + h_feat_given_input − mean_input_entropy (float64).
+
+    * ``kl_q`` = Σ_y P(y) KL(P(·|y) ‖ Q(·|y)) ≥ 0 (0 for the Q of eq. 7; no clamping of Q here);
+    * ``h_feat_given_input`` = H(X̃|X) under P(a, b);
+    * ``mean_input_entropy`` = (1/n) Σ_i H(φ(X_i, ·)).
+
+    Theorem 3.1 holds for this data iff kl_q + h_feat_given_input ≥ mean_input_entropy.
+    """
+    _check_matrix(q, 'q')
+    pf = _check_assign(feat_assign, 'feat_assign')
+    n = pf.shape[0]
+    px = _check_assign(input_assign, 'input_assign', n).to(pf.device)
+    labels = _check_labels(labels, n, q.shape[0]).to(pf.device)
+    q = q.detach().to(device=pf.device, dtype=torch.float64)
+    num_classes = q.shape[0]
+    onehot = F.one_hot(labels, num_classes).to(torch.float64)
+    p_ay = onehot.t() @ pf / n  # (C, A): P(y, a)
+    p_y = onehot.mean(0)
+    cond = p_ay / p_y.clamp_min(1e-300)[:, None]
+    kl_q = (torch.xlogy(p_ay, cond) - torch.xlogy(p_ay, q)).sum()
+    joint = pf.t() @ px / n  # (A, B)
+    p_b = joint.sum(0)
+    h_a_given_b = -(torch.xlogy(joint, joint) - torch.xlogy(joint, p_b[None])).sum()
+    mean_h = -torch.xlogy(px, px).sum(1).mean()
+    return {'kl_q': kl_q, 'h_feat_given_input': h_a_given_b, 'mean_input_entropy': mean_h,
+            'gap': kl_q + h_a_given_b - mean_h}
+
+
+# ---------------------------------------------------------------------------------------------
+# the streaming state
+# ---------------------------------------------------------------------------------------------
+class IBState(_TensorState):
+    """Everything the IB term of DCS needs across batches, epochs, ranks and resumes.
+
+    Args:
+        num_classes: C (≥ 2); A = B = C clusters (seed 000, 3.3).
+        feat_dim: dimension d of the learned feature X̃ (the pre-logit vector).
+        input_dim: dimension of the input representation (192 = 3·8·8).
+        s: the scale of φ (> 0), 1 in the paper.
+        q_min: log Q(a|y) is clamped at log(q_min) in the loss.
+        init_samples: features buffered (all ranks together) before the feature centroids are
+            initialised by k-means++; default max(4·C, 256). At least C are needed; if an epoch
+            ends with fewer than ``init_samples`` (but ≥ C) the initialisation uses what it has.
+        feature_init_iters: Lloyd iterations after the k-means++ seeding of the feature
+            centroids (on the same buffer).
+        seed: seed of every random choice (k-means++).
+        device: where the state lives (the features' device; CUDA for NCCL).
+
+    State (all fixed-size; ``state_dict()`` holds every one): ``input_centroids`` (C, 192),
+    ``km.centroids`` (C, d) — the feature centroids — ``q`` (C, C) = Q(a|y) with row y (uniform
+    at first), the epoch accumulators ``q_sums`` (C, C), ``class_counts`` (C), ``km.sums``,
+    ``km.counts``, and the flags/counters ``input_ready``, ``feature_ready``, ``refreshes``.
+    """
+    _state_names = ('input_centroids', 'q', 'q_sums', 'class_counts', 'input_ready',
+                    'feature_ready', 'refreshes')
+    _state_children = ('km', )
+
+    def __init__(self, num_classes: int, feat_dim: int, input_dim: int = 3 * INPUT_SIZE ** 2,
+                 s: float = 1.0, q_min: float = 1e-8, init_samples: Optional[int] = None,
+                 feature_init_iters: int = 10, seed: int = 0, device='cpu'):
+        self.num_classes = _check_int(num_classes, 'num_classes', 2)
+        self.feat_dim = _check_int(feat_dim, 'feat_dim', 1)
+        self.input_dim = _check_int(input_dim, 'input_dim', 1)
+        self.s = _check_scale(s)
+        self.q_min = _check_scale(q_min, 'q_min')
+        if q_min >= 1:
+            raise ValueError(f'q_min must be in (0, 1), got {q_min!r}')
+        if init_samples is None:
+            init_samples = max(4 * num_classes, 256)
+        self.init_samples = _check_int(init_samples, 'init_samples', num_classes)
+        self.feature_init_iters = _check_int(feature_init_iters, 'feature_init_iters', 0)
+        self.seed = _check_int(seed, 'seed', 0)
+        C = num_classes
+        f64 = dict(dtype=torch.float64, device=device)
+        self.input_centroids = torch.zeros(C, input_dim, **f64)
+        self.q = torch.full((C, C), 1.0 / C, **f64)
+        self.q_sums = torch.zeros(C, C, **f64)
+        self.class_counts = torch.zeros(C, dtype=torch.long, device=device)
+        self.input_ready = torch.tensor(False, device=device)
+        self.feature_ready = torch.tensor(False, device=device)
+        self.refreshes = torch.tensor(0, dtype=torch.long, device=device)
+        self.km = MiniBatchKMeans(C, feat_dim, device=device)
+        # (features, labels, input representations or None) of the batches before the init
+        self._pending: List[Tuple[Tensor, Tensor, Optional[Tensor]]] = []
+
+    # -- convenience --------------------------------------------------------------------------
+    @property
+    def feature_centroids(self) -> Tensor:
+        return self.km.centroids
+
+    @property
+    def ready(self) -> bool:
+        """True once Q has been refreshed from data at least once."""
+        return int(self.refreshes) > 0
+
+    def _generator(self, offset: int = 0) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed + offset)
+
+    def to(self, device) -> 'IBState':
+        super().to(device)
+        self._pending = [(f.to(device), y.to(device), None if x is None else x.to(device))
+                         for f, y, x in self._pending]
+        return self
+
+    # -- initialisation -------------------------------------------------------------------------
+    def init_input_centroids(self, inputs_repr: Tensor, iters: int = 20,
+                             broadcast: bool = True) -> Tensor:
+        """Input centroids: seeded k-means++ then ``iters`` Lloyd iterations on a sample of X_i.
+
+        Call once before training with a seeded sample of the training set (≥ C rows). With
+        ``broadcast`` and an initialised process group, rank 0's result is broadcast (every rank
+        must call this). Alternatively pass ``inputs_repr`` to :meth:`update`: the centroids
+        are then computed from the same first batches as the feature centroids.
+        """
+        _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+        c = kmeans(inputs_repr.detach(), self.num_classes, iters, self._generator(0))
+        self.input_centroids.copy_(c.to(self.input_centroids))
+        if broadcast:
+            _broadcast_(self.input_centroids)
+        self.input_ready.fill_(True)
+        return self.input_centroids
+
+    def init_feature_centroids(self, features: Tensor, iters: Optional[int] = None) -> Tensor:
+        """Feature centroids: seeded k-means++ (+ ``iters`` Lloyd iterations) on ``features``.
+
+        Local (no communication): in DDP call it with the same rows on every rank.
+        :meth:`update` calls it by itself on the first ``init_samples`` features of all ranks.
+        """
+        _check_matrix(features, 'features', self.feat_dim)
+        iters = self.feature_init_iters if iters is None else iters
+        c = kmeans(features.detach(), self.num_classes, iters, self._generator(1))
+        self.km.set_centroids(c)
+        self.feature_ready.fill_(True)
+        return self.km.centroids
+
+    def _pending_count(self) -> int:
+        return sum(f.shape[0] for f, _, _ in self._pending)
+
+    def _init_from_pending(self) -> None:
+        local_f = torch.cat([f for f, _, _ in self._pending]) if self._pending else \
+            torch.zeros(0, self.feat_dim, dtype=torch.float64, device=self.device)
+        all_f = _all_gather_rows(local_f)
+        if all_f.shape[0] < self.num_classes:
+            raise ValueError(
+                f'IBState: the feature centroids need at least num_classes = '
+                f'{self.num_classes} features, the epoch gave {all_f.shape[0]}')
+        self.init_feature_centroids(all_f)
+        if not bool(self.input_ready):
+            # the input centroids too, if every rank gave the input representations
+            have = torch.tensor([int(all(x is not None for _, _, x in self._pending))],
+                                dtype=torch.long, device=self.device)
+            _all_reduce_sum_(have)
+            if int(have) == _world_size():
+                local_x = torch.cat([x for _, _, x in self._pending]) if self._pending else \
+                    torch.zeros(0, self.input_dim, dtype=torch.float64, device=self.device)
+                self.init_input_centroids(_all_gather_rows(local_x), broadcast=False)
+        pending, self._pending = self._pending, []
+        for f, y, _ in pending:
+            self._accumulate(f, y)
+
+    # -- the epoch ----------------------------------------------------------------------------
+    def begin_epoch(self) -> None:
+        """Reset the epoch accumulators (a partial epoch's sums are discarded)."""
+        self.q_sums.zero_()
+        self.class_counts.zero_()
+        self.km.reset()
+        self._pending = []
+
+    def _accumulate(self, f: Tensor, labels: Tensor) -> None:
+        phi = soft_assign(f, self.km.centroids, self.s)
+        self.q_sums.index_add_(0, labels, phi)
+        self.class_counts += torch.bincount(labels, minlength=self.num_classes)
+        self.km.partial_fit(f)
+
+    @torch.no_grad()
+    def update(self, features: Tensor, labels: Tensor,
+               inputs_repr: Optional[Tensor] = None) -> None:
+        """Feed one training batch: adds it to Q's sums (eq. 7) and the k-means sums.
+
+        φ(X̃_i, a) uses the centroids of the previous epoch. Call on every rank for every batch
+        (before the centroids exist this performs one scalar all-reduce per batch).
+        ``inputs_repr`` (optional) only serves before the initialisation: if the input
+        centroids were not set by :meth:`init_input_centroids`, they are initialised with the
+        feature centroids, by the same seeded k-means on the same first batches.
+        """
+        _check_matrix(features, 'features', self.feat_dim)
+        labels = _check_labels(labels, features.shape[0], self.num_classes, 'labels')
+        f = features.detach().to(self.device, torch.float64)
+        labels = labels.to(self.device)
+        if bool(self.feature_ready):
+            self._accumulate(f, labels)
+            return
+        x = None
+        if inputs_repr is not None and not bool(self.input_ready):
+            _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+            if inputs_repr.shape[0] != f.shape[0]:
+                raise ValueError(f'inputs_repr: {inputs_repr.shape[0]} rows for '
+                                 f'{f.shape[0]} features')
+            x = inputs_repr.detach().to(self.device, torch.float64)
+        self._pending.append((f, labels, x))
+        count = torch.tensor([self._pending_count()], dtype=torch.long, device=self.device)
+        _all_reduce_sum_(count)
+        if int(count) >= self.init_samples:
+            self._init_from_pending()
+
+    @torch.no_grad()
+    def end_epoch(self) -> Dict[str, float]:
+        """All-reduce the sums, Q(a|y) ← eq. (7), centroids ← one Lloyd step; reset the sums.
+
+        A class with no sample in this epoch keeps its previous row of Q (uniform if never
+        seen); an empty cluster keeps its centroid. Every rank must call it.
+        """
+        if not bool(self.feature_ready):
+            total = torch.tensor([self._pending_count()], dtype=torch.long, device=self.device)
+            _all_reduce_sum_(total)
+            if int(total) == 0:
+                return {'samples': 0.0}
+            self._init_from_pending()
+        _all_reduce_sum_(self.q_sums, self.class_counts, self.km.sums, self.km.counts)
+        seen = self.class_counts > 0
+        self.q[seen] = self.q_sums[seen] / self.class_counts[seen, None].to(torch.float64)
+        samples = int(self.class_counts.sum())
+        classes_seen = int(seen.sum())
+        empty = self.km.step()
+        self.q_sums.zero_()
+        self.class_counts.zero_()
+        self.refreshes += 1
+        return {'samples': float(samples), 'classes_seen': float(classes_seen),
+                'empty_clusters': float(empty)}
+
+    # -- the loss -------------------------------------------------------------------------------
+    def assignments(self, features: Optional[Tensor] = None,
+                    inputs_repr: Optional[Tensor] = None) -> Tuple[Optional[Tensor],
+                                                                   Optional[Tensor]]:
+        """(φ(X̃, ·), φ(X, ·)) with the current centroids (for :func:`ib_exact` reports)."""
+        pf = px = None
+        if features is not None:
+            _check_matrix(features, 'features', self.feat_dim)
+            pf = soft_assign(features.detach().to(torch.float64), self.km.centroids, self.s)
+        if inputs_repr is not None:
+            _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+            px = soft_assign(inputs_repr.detach().to(torch.float64), self.input_centroids,
+                             self.s)
+        return pf, px
+
+    def constant_term(self, inputs_repr: Tensor) -> Optional[Tensor]:
+        """mean_i Σ_b φ(X_i,b) log φ(X_i,b) (no gradient); None without input centroids."""
+        if not bool(self.input_ready):
+            return None
+        _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+        x = inputs_repr.detach()
+        dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+        log_px = log_soft_assign(x.to(dtype), self.input_centroids, self.s)
+        return (log_px.exp() * log_px).sum(1).mean()
+
+    def loss(self, features: Tensor, labels: Tensor,
+             inputs_repr: Optional[Tensor] = None) -> IBBOutput:
+        """IBB_j of eq. (2) on a batch, differentiable in ``features``.
+
+        Uses the current Q and centroids (those of the previous epoch). Before the feature
+        centroids exist the terms are zeros (``ready`` tells whether Q came from data; with the
+        initial uniform Q the variational term is the constant log C). The computation runs
+        in float32 at least (float64 if the features are float64).
+        """
+        _check_matrix(features, 'features', self.feat_dim)
+        labels = _check_labels(labels, features.shape[0], self.num_classes, 'labels')
+        dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
+            else torch.float32
+        constant = self.constant_term(inputs_repr) if inputs_repr is not None else None
+        if inputs_repr is not None and inputs_repr.shape[0] != features.shape[0]:
+            raise ValueError(f'inputs_repr: {inputs_repr.shape[0]} rows for '
+                             f'{features.shape[0]} features')
+        if not bool(self.feature_ready):
+            zero = features.new_zeros((), dtype=dtype)
+            return IBBOutput(zero if constant is None else constant.to(dtype), zero, constant)
+        log_pf = log_soft_assign(features.to(dtype), self.km.centroids, self.s)
+        log_q = torch.log(self.q.clamp_min(self.q_min)).to(device=features.device, dtype=dtype)
+        variational = -(log_pf.exp() * log_q[labels.to(features.device)]).sum(1).mean()
+        if constant is None:
+            return IBBOutput(variational, variational, None)
+        constant = constant.to(device=features.device, dtype=dtype)
+        return IBBOutput(variational + constant, variational, constant)
