@@ -85,11 +85,15 @@ def merge_args(cfg, args):
         loader.update(cfg[field])
         if args.no_pin_memory:
             loader['pin_memory'] = False
-        if args.no_persistent_workers or loader.get('num_workers', 0) == 0:
+        if args.no_persistent_workers:
             loader['persistent_workers'] = False
         cfg[field] = loader
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        # torch refuses persistent workers without workers (e.g. num_workers=0 on the CLI)
+        if cfg.get(field, None) is not None and cfg[field].get('num_workers', 0) == 0:
+            cfg[field]['persistent_workers'] = False
     return cfg
 
 

@@ -1,4 +1,4 @@
-# Demo classifier: MobileViT-XS trained from scratch on the embedded digits set (64x64).
+# Demo classifier: the mmdcs MobileViT-XS (baseline) trained from scratch on the embedded digits set (64x64).
 #   python tools/train.py configs/demo/mobilevit-xs_digits-cls.py
 _base_ = [
     '../_base_/datasets/digits_cls.py',
@@ -8,7 +8,7 @@ _base_ = [
 
 model = dict(
     type='ImageClassifier',
-    backbone=dict(type='MobileViT', arch='x_small'),
+    backbone=dict(type='mmdcs.MobileViT', arch='mobilevit-xs', variant='baseline'),
     neck=dict(type='GlobalAveragePooling'),
     head=dict(
         type='LinearClsHead',

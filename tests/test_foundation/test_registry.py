@@ -66,7 +66,7 @@ def test_weights_only_default_is_handled_for_mmengine_checkpoints(tmp_path):
 
     import mmdcs.registry  # noqa: F401  (applies the patch)
     path = str(tmp_path / 'ckpt.pth')
-    torch.save({'state_dict': {'w': torch.ones(2)}, 'message_hub': HistoryBuffer([1.0]),
+    torch.save({'state_dict': {'w': torch.ones(2)}, 'message_hub': HistoryBuffer([1.0], [1]),
                 'meta': {'seed': np.int64(3)}}, path)
     ckpt = _load_checkpoint(path, map_location='cpu')
     assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))

@@ -5,8 +5,10 @@ optim_wrapper = dict(
 )
 max_epochs = 4
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.1, by_epoch=True, begin=0, end=1, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', by_epoch=True, begin=1, eta_min=1e-5, convert_to_iter_based=True),
+    # warm-up over the first iterations, then cosine over all epochs (whatever max_epochs is)
+    dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=20),
+    dict(type='CosineAnnealingLR', by_epoch=True, begin=0, eta_min=1e-5,
+         convert_to_iter_based=True),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 val_cfg = dict()
