@@ -1,2 +1,8 @@
-"""Runner-side code: hooks, loops and optimizer constructors that move state between the
-mmengine runner and the method's modules."""
+"""Runner-side code: the search loop, its optimizer constructor, and the hooks that move state
+between the mmengine runner and the method's modules."""
+from .hooks import RegularizerHook, TemperatureHook
+from .optimizers import SearchOptimWrapperConstructor
+from .search_loop import AlternatingSearchLoop, interleave, split_indices
+
+__all__ = ['AlternatingSearchLoop', 'SearchOptimWrapperConstructor', 'TemperatureHook',
+           'RegularizerHook', 'interleave', 'split_indices']

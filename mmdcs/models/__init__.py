@@ -1,1 +1,2 @@
 from .backbones import *  # noqa: F401,F403
+from .classifiers import *  # noqa: F401,F403

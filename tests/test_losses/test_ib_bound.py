@@ -233,8 +233,9 @@ def test_state_dict_round_trip_restores_everything():
     st.begin_epoch()
     st.update(feats[:30], labels[:30])  # mid-epoch sums are saved too
     sd = st.state_dict()
-    assert set(sd) == {'input_centroids', 'q', 'q_sums', 'class_counts', 'input_ready',
-                       'feature_ready', 'refreshes', 'km.centroids', 'km.sums', 'km.counts'}
+    assert set(sd) == {'input_centroids', 'q', 'q_sums', 'class_counts', 'ab_sums', 'ab_count',
+                       'input_ready', 'feature_ready', 'refreshes', 'km.centroids', 'km.sums',
+                       'km.counts'}
     new = _state(C, s=5.0)
     new.load_state_dict(sd)
     for k, v in new.state_dict().items():
@@ -517,3 +518,26 @@ def test_state_on_cuda_matches_cpu():
     for k, v in out[0][0].items():
         torch.testing.assert_close(out[1][0][k].cpu(), v, rtol=1e-9, atol=1e-9, msg=k)
     torch.testing.assert_close(out[1][1], out[0][1], rtol=1e-9, atol=1e-9)
+
+
+def test_epoch_report_exact_ib_equals_full_set_computation():
+    """end_epoch() reports IB(W) from the streamed joints; it equals ib_exact() on the same
+    samples with the same (previous-epoch) centroids."""
+    C = 4
+    feats, labels, images = _data(11, n=90, num_classes=C)
+    reprs = input_representation(images)
+    st = _state(C, s=2.0)
+    st.init_input_centroids(reprs)
+    st.begin_epoch()
+    for sl in _batches(90, [30]):
+        st.update(feats[sl], labels[sl], reprs[sl])
+    st.end_epoch()  # centroids now from data
+    pf, px = st.assignments(feats, reprs)
+    ref = ib_exact(pf, px, labels, C)
+    st.begin_epoch()
+    for sl in _batches(90, [25, 40]):
+        st.update(feats[sl], labels[sl], reprs[sl])
+    report = st.end_epoch()
+    assert abs(report['ib'] - float(ref.ib)) < 1e-9
+    assert abs(report['i_feat_input'] - float(ref.i_feat_input)) < 1e-9
+    assert abs(report['i_feat_label'] - float(ref.i_feat_label)) < 1e-9

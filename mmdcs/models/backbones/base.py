@@ -77,7 +77,7 @@ class SelectableBackbone(BaseModule):
         #: for the family: whether MLPs get a channel selector
         self.mlp_select: bool = mlp
         self.gate_init = gate_init
-        self.tau = tau
+        self.init_tau = tau
 
     # ----------------------------------------------------------------- supernet / subnet
     def _apply_subnet(self) -> None:

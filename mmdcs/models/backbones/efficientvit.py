@@ -349,7 +349,7 @@ class EfficientViT(SelectableBackbone):
         self.out_channels = tuple(self.channels[i] for i in self.out_indices)
 
         select_kwargs = dict(qk_select=self.qk_select, select=self.mlp_select,
-                             gate_init=self.gate_init, tau=self.tau)
+                             gate_init=self.gate_init, tau=self.init_tau)
         self.stem = Stem(in_channels, widths[0], depths[0], norm_layer, act_layer)
         self.stages = nn.Sequential(*[
             EfficientVitStage(widths[i], widths[i + 1], depths[i + 1], norm_layer, act_layer,

@@ -298,7 +298,7 @@ class Swin(SelectableBackbone):
                 window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
                 drop=drop_rate, attn_drop=attn_drop_rate, pad_small_map=pad_small_map,
                 qk_select=self.qk_select, mlp_select=self.mlp_select,
-                gate_init=self.gate_init, tau=self.tau))
+                gate_init=self.gate_init, tau=self.init_tau))
             start += depth
         self.layers = nn.Sequential(*layers)
         for i in self.out_indices:

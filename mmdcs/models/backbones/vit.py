@@ -210,7 +210,7 @@ class ViT(SelectableBackbone):
         self.blocks = nn.ModuleList([
             Block(dim, self.num_heads, s['mlp_ratio'], qkv_bias=True, drop=drop_rate,
                   attn_drop=attn_drop_rate, drop_path=dpr[i], qk_select=self.qk_select,
-                  mlp_select=self.mlp_select, gate_init=self.gate_init, tau=self.tau)
+                  mlp_select=self.mlp_select, gate_init=self.gate_init, tau=self.init_tau)
             for i in range(self.depth)
         ])
         self.norm = nn.LayerNorm(dim, eps=1e-6) if final_norm else nn.Identity()

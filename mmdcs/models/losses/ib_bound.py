@@ -548,8 +548,8 @@ class IBState(_TensorState):
     at first), the epoch accumulators ``q_sums`` (C, C), ``class_counts`` (C), ``km.sums``,
     ``km.counts``, and the flags/counters ``input_ready``, ``feature_ready``, ``refreshes``.
     """
-    _state_names = ('input_centroids', 'q', 'q_sums', 'class_counts', 'input_ready',
-                    'feature_ready', 'refreshes')
+    _state_names = ('input_centroids', 'q', 'q_sums', 'class_counts', 'ab_sums', 'ab_count',
+                    'input_ready', 'feature_ready', 'refreshes')
     _state_children = ('km', )
 
     def __init__(self, num_classes: int, feat_dim: int, input_dim: int = 3 * INPUT_SIZE ** 2,
@@ -573,6 +573,10 @@ class IBState(_TensorState):
         self.q = torch.full((C, C), 1.0 / C, **f64)
         self.q_sums = torch.zeros(C, C, **f64)
         self.class_counts = torch.zeros(C, dtype=torch.long, device=device)
+        # Σ_i φ(X̃_i,a) φ(X_i,b) over the epoch (batches given with their input
+        # representations): the joint P(a,b) of the exact IB(W) reported at epoch end
+        self.ab_sums = torch.zeros(C, C, **f64)
+        self.ab_count = torch.zeros((), dtype=torch.long, device=device)
         self.input_ready = torch.tensor(False, device=device)
         self.feature_ready = torch.tensor(False, device=device)
         self.refreshes = torch.tensor(0, dtype=torch.long, device=device)
@@ -652,21 +656,26 @@ class IBState(_TensorState):
                     torch.zeros(0, self.input_dim, dtype=torch.float64, device=self.device)
                 self.init_input_centroids(_all_gather_rows(local_x), broadcast=False)
         pending, self._pending = self._pending, []
-        for f, y, _ in pending:
-            self._accumulate(f, y)
+        for f, y, x in pending:
+            self._accumulate(f, y, x)
 
     # -- the epoch ----------------------------------------------------------------------------
     def begin_epoch(self) -> None:
         """Reset the epoch accumulators (a partial epoch's sums are discarded)."""
         self.q_sums.zero_()
         self.class_counts.zero_()
+        self.ab_sums.zero_()
+        self.ab_count.zero_()
         self.km.reset()
         self._pending = []
 
-    def _accumulate(self, f: Tensor, labels: Tensor) -> None:
+    def _accumulate(self, f: Tensor, labels: Tensor, x: Optional[Tensor] = None) -> None:
         phi = soft_assign(f, self.km.centroids, self.s)
         self.q_sums.index_add_(0, labels, phi)
         self.class_counts += torch.bincount(labels, minlength=self.num_classes)
+        if x is not None and bool(self.input_ready):
+            self.ab_sums += phi.t() @ soft_assign(x, self.input_centroids, self.s)
+            self.ab_count += f.shape[0]
         self.km.partial_fit(f)
 
     @torch.no_grad()
@@ -685,10 +694,14 @@ class IBState(_TensorState):
         f = features.detach().to(self.device, torch.float64)
         labels = labels.to(self.device)
         if bool(self.feature_ready):
-            self._accumulate(f, labels)
+            x = None
+            if inputs_repr is not None:
+                _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+                x = inputs_repr.detach().to(self.device, torch.float64)
+            self._accumulate(f, labels, x)
             return
         x = None
-        if inputs_repr is not None and not bool(self.input_ready):
+        if inputs_repr is not None:
             _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
             if inputs_repr.shape[0] != f.shape[0]:
                 raise ValueError(f'inputs_repr: {inputs_repr.shape[0]} rows for '
@@ -713,7 +726,9 @@ class IBState(_TensorState):
             if int(total) == 0:
                 return {'samples': 0.0}
             self._init_from_pending()
-        _all_reduce_sum_(self.q_sums, self.class_counts, self.km.sums, self.km.counts)
+        _all_reduce_sum_(self.q_sums, self.class_counts, self.km.sums, self.km.counts,
+                         self.ab_sums, self.ab_count)
+        report = self._epoch_ib()
         seen = self.class_counts > 0
         self.q[seen] = self.q_sums[seen] / self.class_counts[seen, None].to(torch.float64)
         samples = int(self.class_counts.sum())
@@ -721,9 +736,21 @@ class IBState(_TensorState):
         empty = self.km.step()
         self.q_sums.zero_()
         self.class_counts.zero_()
+        self.ab_sums.zero_()
+        self.ab_count.zero_()
         self.refreshes += 1
-        return {'samples': float(samples), 'classes_seen': float(classes_seen),
-                'empty_clusters': float(empty)}
+        return dict(samples=float(samples), classes_seen=float(classes_seen),
+                    empty_clusters=float(empty), **report)
+
+    def _epoch_ib(self) -> Dict[str, float]:
+        """The exact IB(W) = I(X̃;X) − I(X̃;Y) of the epoch, from the streamed joints (seed 000,
+        3.3): P(a,b) from the batches given with input representations, P(a,y) from all."""
+        n_y, n_ab = int(self.class_counts.sum()), int(self.ab_count)
+        if n_y == 0 or n_ab == 0:
+            return {}
+        i_y = _mutual_information(self.q_sums.t() / n_y)
+        i_x = _mutual_information(self.ab_sums / n_ab)
+        return {'ib': float(i_x - i_y), 'i_feat_input': float(i_x), 'i_feat_label': float(i_y)}
 
     # -- the loss -------------------------------------------------------------------------------
     def assignments(self, features: Optional[Tensor] = None,

@@ -1,0 +1,28 @@
+# Demo retraining of the searched DCS-MobileViT-XS subnet with the IB bound (η = 50 after
+# t_warm = 2 of 4 epochs). The subnet file comes from tools/export_subnet.py:
+#   python tools/train.py configs/demo/dcs-mobilevit-xs_retrain_digits.py \
+#       --cfg-options model.backbone.subnet=work_dirs/demo/dcs_subnet/subnet.json
+_base_ = [
+    '../_base_/datasets/digits_cls.py',
+    '../_base_/schedules/demo_retrain.py',
+    '../_base_/default_runtime.py',
+]
+subnet = 'work_dirs/demo/dcs_subnet/subnet.json'
+
+model = dict(
+    type='mmdcs.ChannelSelectionClassifier',
+    backbone=dict(type='mmdcs.MobileViT', arch='mobilevit-xs', subnet=subnet),
+    neck=dict(type='GlobalAveragePooling'),
+    head=dict(
+        type='LinearClsHead',
+        num_classes=10,
+        in_channels=384,
+        loss=dict(type='CrossEntropyLoss', loss_weight=1.0),
+        topk=(1, )),
+    regularizer=dict(type='ib', eta=50., t_warm=2),
+)
+custom_hooks = [
+    dict(type='mmdcs.TemperatureHook', start=4.5, factor=0.95, by='epoch'),
+    dict(type='mmdcs.RegularizerHook'),
+    dict(type='EMAHook', momentum=0.01, priority='ABOVE_NORMAL'),
+]

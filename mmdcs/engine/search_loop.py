@@ -1,0 +1,159 @@
+"""The alternating search of DCS/KCR as an mmengine training loop (METHOD §4; seed 000 Alg. 1).
+
+Every epoch, a fixed, seeded 70% of the training data updates the network weights W
+(cross-entropy) and the other 30% updates the architecture parameters α (cross-entropy +
+λ·log cost(α)), each with its own optimizer (``optim_wrapper`` built by
+:class:`~mmdcs.engine.optimizers.SearchOptimWrapperConstructor`). The two kinds of steps are
+interleaved evenly through the epoch; a step of one kind leaves the other group's parameters
+bit-identical (all gradients are cleared before each step and only that group's optimizer
+steps).
+
+Works with DDP (the wrapped model's forward is called, so gradients are all-reduced as usual),
+with ``--amp`` (each wrapper's ``optim_context``) and with ``--resume`` (epoch/iteration are
+restored by the runner; the split is recomputed from the seed).
+"""
+import copy
+import logging
+from typing import Dict, List, Sequence, Tuple, Union
+
+import torch
+from mmengine.logging import print_log
+from mmengine.model import is_model_wrapper
+from mmengine.optim import OptimWrapperDict
+from mmengine.runner import EpochBasedTrainLoop
+from torch.utils.data import DataLoader, Subset
+
+from mmdcs.registry import LOOPS
+
+STEP_KINDS = ('weight', 'arch')
+
+
+def split_indices(n: int, arch_ratio: float, seed: int) -> Tuple[List[int], List[int]]:
+    """A fixed, seeded split of ``range(n)`` into (weight indices, architecture indices)."""
+    if not 0 < arch_ratio < 1:
+        raise ValueError(f'arch_ratio must be in (0, 1), got {arch_ratio}')
+    n_arch = int(round(arch_ratio * n))
+    if n_arch < 1 or n - n_arch < 1:
+        raise ValueError(f'the search needs data for both steps: {n} samples with arch_ratio '
+                         f'{arch_ratio} gives {n - n_arch} weight / {n_arch} architecture samples')
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return sorted(perm[n_arch:]), sorted(perm[:n_arch])
+
+
+def interleave(n_weight: int, n_arch: int) -> List[str]:
+    """The order of the steps of one epoch: all batches of both loaders, the architecture steps
+    spread evenly among the weight steps."""
+    total = n_weight + n_arch
+    order = []
+    for k in range(total):
+        arch_due = (k + 1) * n_arch // total - k * n_arch // total
+        order.append('arch' if arch_due else 'weight')
+    return order
+
+
+@LOOPS.register_module()
+class AlternatingSearchLoop(EpochBasedTrainLoop):
+    """Epoch-based loop of the search: weight steps on one part of the data, architecture steps
+    on the other.
+
+    Args:
+        runner: the runner.
+        dataloader: the training dataloader config (its dataset is split).
+        max_epochs: search epochs.
+        arch_ratio: share of the training data for the architecture steps (0.3 in the papers).
+        split_seed: seed of the fixed split.
+        val_begin, val_interval, dynamic_intervals: as ``EpochBasedTrainLoop``.
+    """
+
+    def __init__(self, runner, dataloader: Union[DataLoader, Dict], max_epochs: int,
+                 arch_ratio: float = 0.3, split_seed: int = 0, val_begin: int = 1,
+                 val_interval: int = 1, dynamic_intervals=None) -> None:
+        if not isinstance(dataloader, dict):
+            raise TypeError('AlternatingSearchLoop builds its two dataloaders from the '
+                            'train_dataloader config; got a built DataLoader')
+        self.arch_ratio = arch_ratio
+        self.split_seed = split_seed
+        weight_loader, self.arch_dataloader, self.full_dataset = self._build_loaders(
+            runner, dataloader)
+        super().__init__(runner, weight_loader, max_epochs, val_begin, val_interval,
+                         dynamic_intervals)
+        if hasattr(self.full_dataset, 'metainfo'):
+            self.runner.visualizer.dataset_meta = self.full_dataset.metainfo
+        self.steps_per_epoch = len(self.dataloader) + len(self.arch_dataloader)
+        self._max_iters = self._max_epochs * self.steps_per_epoch
+
+    def _build_loaders(self, runner, dataloader_cfg: dict):
+        from mmengine.registry import DATASETS
+        cfg = copy.deepcopy(dataloader_cfg)
+        dataset_cfg = cfg.pop('dataset')
+        dataset = DATASETS.build(dataset_cfg) if isinstance(dataset_cfg, dict) else dataset_cfg
+        if hasattr(dataset, 'full_init'):
+            dataset.full_init()
+        weight_idx, arch_idx = split_indices(len(dataset), self.arch_ratio, self.split_seed)
+        seed = runner.seed
+        diff_rank_seed = runner._randomness_cfg.get('diff_rank_seed', False)
+        loaders = []
+        for idx in (weight_idx, arch_idx):
+            loaders.append(runner.build_dataloader(
+                dict(copy.deepcopy(cfg), dataset=Subset(dataset, idx)), seed=seed,
+                diff_rank_seed=diff_rank_seed))
+        print_log(f'search split (seed {self.split_seed}): {len(weight_idx)} images for the '
+                  f'weights, {len(arch_idx)} for the architecture', logger='current',
+                  level=logging.INFO)
+        return loaders[0], loaders[1], dataset
+
+    @property
+    def model(self):
+        model = self.runner.model
+        return model.module if is_model_wrapper(model) else model
+
+    def run(self) -> torch.nn.Module:
+        ow = self.runner.optim_wrapper
+        if not isinstance(ow, OptimWrapperDict) or set(ow.keys()) != set(STEP_KINDS):
+            raise TypeError('AlternatingSearchLoop needs optim_wrapper with two optimizers, '
+                            "'weight' and 'arch' (constructor='mmdcs.SearchOptimWrapperConstructor')")
+        if getattr(self.model, 'cost_cfg', None) is None:
+            raise TypeError('AlternatingSearchLoop needs a model with a search objective '
+                            "(type='mmdcs.ChannelSelectionClassifier' with cost=dict(...))")
+        return super().run()
+
+    def run_epoch(self) -> None:
+        self.runner.call_hook('before_train_epoch')
+        self.runner.model.train()
+        sampler = getattr(self.arch_dataloader, 'sampler', None)
+        if hasattr(sampler, 'set_epoch'):
+            sampler.set_epoch(self._epoch)
+        iters = {'weight': iter(self.dataloader), 'arch': iter(self.arch_dataloader)}
+        order = interleave(len(self.dataloader), len(self.arch_dataloader))
+        for idx, kind in enumerate(order):
+            self.run_iter(idx, next(iters[kind]), kind)
+        self.runner.call_hook('after_train_epoch')
+        self._epoch += 1
+
+    def run_iter(self, idx, data_batch: Sequence[dict], kind: str = 'weight') -> None:
+        self.runner.call_hook('before_train_iter', batch_idx=idx, data_batch=data_batch)
+        outputs = self.train_step(data_batch, kind)
+        self.runner.call_hook('after_train_iter', batch_idx=idx, data_batch=data_batch,
+                              outputs=outputs)
+        self._iter += 1
+
+    def train_step(self, data: dict, kind: str) -> Dict[str, torch.Tensor]:
+        """One step of ``kind`` ('weight' or 'arch'); returns the logged values (the
+        architecture step's prefixed with ``arch_``)."""
+        model, module = self.runner.model, self.model
+        optim_wrappers = self.runner.optim_wrapper
+        wrapper = optim_wrappers[kind]
+        for w in optim_wrappers.values():
+            w.zero_grad()
+        module.step_kind = kind
+        try:
+            with wrapper.optim_context(model):
+                data = module.data_preprocessor(data, True)
+                losses = model(**data, mode='loss')
+            parsed, log_vars = module.parse_losses(losses)
+            wrapper.update_params(parsed)
+        finally:
+            module.step_kind = None
+        if kind == 'arch':
+            log_vars = {f'arch_{k}': v for k, v in log_vars.items()}
+        return log_vars

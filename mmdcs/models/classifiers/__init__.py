@@ -1,0 +1,3 @@
+from .selection_classifier import ChannelSelectionClassifier
+
+__all__ = ['ChannelSelectionClassifier']

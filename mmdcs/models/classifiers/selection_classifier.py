@@ -1,0 +1,179 @@
+"""The classifier of the search and of the retraining (METHOD §3, §4, §6, §7).
+
+``ChannelSelectionClassifier`` is mmpretrain's ``ImageClassifier`` plus two optional terms:
+
+* ``cost`` (the search): on an *architecture* step, ``loss_cost = λ·log cost(α)`` from the
+  backbone's cost model (and an optional gate-entropy term), added to the cross-entropy; on a
+  *weight* step only the cross-entropy (the search loop says which step it is);
+* ``regularizer`` (the retraining): ``loss_ib = η·IBB_j`` (DCS) or ``loss_kcr = η·KCR_j`` (KCR)
+  on the pre-logit features X̃, once the epoch reaches ``t_warm``. The streaming statistics
+  of the bound are fed here, every training batch; ``RegularizerHook`` refreshes them at epoch
+  end, switches the term on after ``t_warm``, logs the reports and saves/restores the state.
+"""
+from typing import Dict, List, Optional
+
+import torch
+from mmpretrain.models.classifiers import ImageClassifier
+from mmpretrain.structures import DataSample
+
+from mmdcs.models.losses import IBState, KCRState, NystromKCR, input_representation
+from mmdcs.registry import MODELS
+from mmdcs.selection import COST_MODES, arch_parameters
+
+REGULARIZERS = ('ib', 'kcr')
+KCR_ROUTES = ('exact', 'nystrom')
+STEP_KINDS = ('weight', 'arch')
+
+
+def _positive(name: str, value, allow_zero: bool = False) -> float:
+    value = float(value)
+    if not (value >= 0 if allow_zero else value > 0):
+        raise ValueError(f'{name} must be {"≥" if allow_zero else ">"} 0, got {value}')
+    return value
+
+
+@MODELS.register_module()
+class ChannelSelectionClassifier(ImageClassifier):
+    """Image classifier for the DCS/KCR search and retraining.
+
+    Args:
+        backbone, neck, head, pretrained, train_cfg, data_preprocessor, init_cfg: as
+            mmpretrain's ``ImageClassifier``. The backbone is an mmdcs backbone.
+        cost: the search objective, e.g. ``dict(mode='paper', weight=0.2, entropy_weight=0.)``:
+            ``mode`` 'paper' (the papers' formulas) or 'flops' (exact FLOPs), ``weight`` λ > 0,
+            ``entropy_weight`` ≥ 0 on the mean binary entropy of sigmoid(α/τ). Needs a backbone
+            with architecture parameters (a DCS/KCR supernet).
+        regularizer: the retraining term, ``dict(type='ib', eta=50., t_warm=90, s=1.)`` or
+            ``dict(type='kcr', eta=1., t_warm=90, gamma=0.1, route='exact')`` (route
+            'nystrom' with ``num_landmarks``). Other keys go to the state object
+            (:class:`~mmdcs.models.losses.IBState`, ``KCRState``, ``NystromKCR``).
+    """
+
+    def __init__(self, backbone: dict, neck: Optional[dict] = None, head: Optional[dict] = None,
+                 cost: Optional[dict] = None, regularizer: Optional[dict] = None,
+                 pretrained: Optional[str] = None, train_cfg: Optional[dict] = None,
+                 data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None):
+        super().__init__(backbone=backbone, neck=neck, head=head, pretrained=pretrained,
+                         train_cfg=train_cfg, data_preprocessor=data_preprocessor,
+                         init_cfg=init_cfg)
+        #: 'weight' or 'arch' while the search loop runs a step; None otherwise
+        self.step_kind: Optional[str] = None
+        self.cost_cfg = self._check_cost(cost)
+        self.reg_cfg: Optional[dict] = None
+        #: the IB/KCR state (a plain object, not a module: DDP must not broadcast its sums)
+        self.reg_state = None
+        #: set by RegularizerHook: whether the term is in the loss this epoch (t ≥ t_warm)
+        self.reg_active = False
+        if regularizer is not None:
+            self.reg_cfg, self.reg_state = self._build_regularizer(regularizer)
+
+    # --------------------------------------------------------------------- configuration
+    def _check_cost(self, cost: Optional[dict]) -> Optional[dict]:
+        if cost is None:
+            return None
+        cost = dict(cost)
+        unknown = set(cost) - {'mode', 'weight', 'entropy_weight'}
+        if unknown:
+            raise ValueError(f'cost: unknown keys {sorted(unknown)}; valid: mode, weight, '
+                             'entropy_weight')
+        cost.setdefault('mode', 'paper')
+        if cost['mode'] not in COST_MODES:
+            raise ValueError(f"cost.mode must be one of {COST_MODES}, got {cost['mode']!r}")
+        cost['weight'] = _positive('cost.weight (λ)', cost.get('weight', 0.2))
+        cost['entropy_weight'] = _positive('cost.entropy_weight',
+                                           cost.get('entropy_weight', 0.), allow_zero=True)
+        if not arch_parameters(self.backbone):
+            raise ValueError(
+                f'a search (cost=...) needs architecture parameters, but the backbone '
+                f'{type(self.backbone).__name__}(variant={getattr(self.backbone, "variant", "?")!r})'
+                ' has none: use a DCS or KCR supernet (variant dcs/kcr, no subnet)')
+        self._cost_model = self.backbone.cost_model(cost['mode'])
+        return cost
+
+    def _build_regularizer(self, regularizer: dict):
+        cfg = dict(regularizer)
+        kind = cfg.pop('type', None)
+        if kind not in REGULARIZERS:
+            raise ValueError(f'regularizer.type must be one of {REGULARIZERS}, got {kind!r}')
+        eta = _positive('regularizer.eta (η)', cfg.pop('eta', 50. if kind == 'ib' else 1.))
+        t_warm = int(cfg.pop('t_warm', 0))
+        if t_warm < 0:
+            raise ValueError(f'regularizer.t_warm must be ≥ 0, got {t_warm}')
+        num_classes = getattr(self.head, 'num_classes', None)
+        feat_dim = self._feature_dim()
+        if kind == 'ib':
+            if num_classes is None:
+                raise ValueError('the IB regularizer needs a head with num_classes')
+            state = IBState(num_classes, feat_dim, **cfg)
+        else:
+            route = cfg.pop('route', 'exact')
+            if route not in KCR_ROUTES:
+                raise ValueError(f'regularizer.route must be one of {KCR_ROUTES}, got {route!r}')
+            state = KCRState(feat_dim, **cfg) if route == 'exact' else NystromKCR(feat_dim, **cfg)
+        return dict(type=kind, eta=eta, t_warm=t_warm), state
+
+    def _feature_dim(self) -> int:
+        """Width of the pre-logit features X̃ (the head's input)."""
+        for name in ('in_channels', 'mid_channels'):
+            if isinstance(getattr(self.head, name, None), int):
+                return getattr(self.head, name)
+        raise ValueError(f'cannot tell the feature width of head {type(self.head).__name__}')
+
+    # --------------------------------------------------------------------- parameters
+    def arch_parameters(self) -> List[torch.nn.Parameter]:
+        """α: updated by the architecture optimizer only."""
+        return arch_parameters(self.backbone)
+
+    def weight_parameters(self) -> List[torch.nn.Parameter]:
+        arch = {id(p) for p in self.arch_parameters()}
+        return [p for p in self.parameters() if id(p) not in arch]
+
+    # --------------------------------------------------------------------- losses
+    def search_terms(self) -> Dict[str, torch.Tensor]:
+        """λ·log cost(α) (+ the entropy term), and the cost itself for the logs."""
+        cost = self._cost_model.expected()
+        out = {'loss_cost': self.cost_cfg['weight'] * torch.log(cost),
+               'cost': cost.detach()}
+        if self.cost_cfg['entropy_weight'] > 0:
+            probs = torch.cat([torch.sigmoid(p / self._tau_of(p)) for p in self.arch_parameters()])
+            p = probs.clamp(1e-6, 1 - 1e-6)
+            entropy = -(p * p.log() + (1 - p) * (1 - p).log()).mean()
+            out['loss_entropy'] = self.cost_cfg['entropy_weight'] * entropy
+        return out
+
+    def _tau_of(self, alpha: torch.nn.Parameter) -> torch.Tensor:
+        for m in self.backbone.modules():
+            if getattr(m, 'alpha', None) is alpha:
+                return m.gate.tau
+        raise KeyError('α without a gate')
+
+    def loss(self, inputs: torch.Tensor, data_samples: List[DataSample]) -> dict:
+        feats = self.extract_feat(inputs)
+        losses = self.head.loss(feats, data_samples)
+        if self.cost_cfg is not None and self.step_kind == 'arch':
+            losses.update(self.search_terms())
+        if self.reg_state is not None and self.training:
+            losses.update(self._regularizer_terms(inputs, feats, data_samples))
+        return losses
+
+    def _regularizer_terms(self, inputs, feats, data_samples) -> Dict[str, torch.Tensor]:
+        features = self.head.pre_logits(feats)
+        if features.dim() != 2:
+            features = features.flatten(1)
+        labels = torch.cat([ds.gt_label for ds in data_samples]).to(features.device)
+        kind, eta = self.reg_cfg['type'], self.reg_cfg['eta']
+        out = {}
+        if kind == 'ib':
+            x_repr = input_representation(inputs.detach())
+            self.reg_state.update(features.detach(), labels, x_repr)
+            if self.reg_active:
+                ibb = self.reg_state.loss(features, labels, x_repr)
+                out['loss_ib'] = eta * ibb.variational
+                out['ibb'] = ibb.ibb.detach()
+                if ibb.constant is not None:
+                    out['ibb_const'] = ibb.constant.detach()
+        else:
+            self.reg_state.update(features.detach(), labels)
+            if self.reg_active:
+                out['loss_kcr'] = eta * self.reg_state.loss(features)
+        return out
