@@ -124,13 +124,24 @@ class RegularizerHook(Hook):
                              f'{max_epochs}: the {model.reg_cfg["type"]} term would never be used')
         dataset = getattr(runner.train_loop, 'full_dataset', None) or \
             runner.train_loop.dataloader.dataset
-        classes = getattr(dataset, 'metainfo', {}).get('classes', None)
         num_classes = getattr(model.head, 'num_classes', None)
-        if classes is not None and num_classes is not None and len(classes) != num_classes:
+        dataset_classes = self._num_dataset_classes(dataset)
+        if None not in (num_classes, dataset_classes) and dataset_classes != num_classes:
             raise ValueError(f'the head has num_classes = {num_classes} but the training set '
-                             f'has {len(classes)} classes: set model.head.num_classes')
+                             f'has {dataset_classes} classes: set model.head.num_classes')
         device = next(model.parameters()).device
         model.reg_state.to(device)
+
+    @staticmethod
+    def _num_dataset_classes(dataset) -> Optional[int]:
+        """The classes of the dataset's metainfo, or else 1 + its largest label."""
+        classes = (getattr(dataset, 'metainfo', None) or {}).get('classes', None)
+        if classes is not None:
+            return len(classes)
+        if hasattr(dataset, 'get_gt_labels'):
+            labels = dataset.get_gt_labels()
+            return int(max(labels)) + 1 if len(labels) else None
+        return None
 
     def before_train_epoch(self, runner) -> None:
         model = self._model(runner)

@@ -3,6 +3,7 @@
 dataset_type = 'CustomDataset'
 data_root = 'data/digits/cls'
 image_size = 64
+classes = ('0', '1', '2', '3', '4', '5', '6', '7', '8', '9')
 
 data_preprocessor = dict(
     num_classes=10,
@@ -30,6 +31,7 @@ train_dataloader = dict(
         data_root=data_root,
         ann_file='meta/train.txt',
         data_prefix='train',
+        classes=classes,
         pipeline=train_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=True),
 )
@@ -41,6 +43,7 @@ val_dataloader = dict(
         data_root=data_root,
         ann_file='meta/val.txt',
         data_prefix='val',
+        classes=classes,
         pipeline=test_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=False),
 )

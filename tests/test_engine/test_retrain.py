@@ -1,0 +1,123 @@
+"""Retraining with the IB / KCR terms: RegularizerHook, checkpoints, resume, input checks."""
+import os.path as osp
+import subprocess
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.hooks import Hook
+from mmengine.registry import DefaultScope
+
+from mmdcs.engine.hooks import CHECKPOINT_KEY
+from mmdcs.registry import MODELS
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def _write_subnet(path, variant, seed=0):
+    """A subnet of MobileViT-XS with random α (what tools/export_subnet.py would write)."""
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        sup = MODELS.build(dict(type='mmdcs.MobileViT', arch='mobilevit-xs', variant=variant))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in sup.parameters():
+            pass
+        from mmdcs.selection import arch_parameters
+        for a in arch_parameters(sup):
+            a.copy_(torch.randn(a.shape, generator=g) + 1.0)
+    sup.export_subnet().save(path)
+    return path
+
+
+def _retrain_cfg(kind, data_root, work_dir, subnet, epochs=2, **extra):
+    cfg = Config.fromfile(osp.join(ROOT, f'configs/demo/{kind}-mobilevit-xs_retrain_digits.py'))
+    cls = osp.join(data_root, 'cls')
+    cfg.merge_from_dict({
+        'work_dir': work_dir, 'train_cfg.max_epochs': epochs, 'model.backbone.subnet': subnet,
+        'model.regularizer.t_warm': 1,
+        'train_dataloader.dataset.data_root': cls, 'val_dataloader.dataset.data_root': cls,
+        'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers': False,
+        'val_dataloader.num_workers': 0, 'val_dataloader.persistent_workers': False,
+        'train_dataloader.batch_size': 16, 'default_hooks.logger.interval': 1,
+        'default_hooks.checkpoint.save_best': None, 'default_hooks.checkpoint.max_keep_ckpts': -1,
+    })
+    cfg.merge_from_dict(extra)
+    return cfg
+
+
+class _CaptureState(Hook):
+    priority = 'VERY_LOW'
+
+    def __init__(self):
+        self.state = None
+
+    def before_train(self, runner):
+        self.state = runner.model.reg_state.state_dict()
+
+
+@pytest.mark.xdist_group('train')
+@pytest.mark.parametrize('kind', ['dcs', 'kcr'])
+def test_retrain_logs_reports_checkpoints_and_resumes_the_state(kind, tiny_digits, tmp_path):
+    from mmengine.runner import Runner
+    subnet = _write_subnet(str(tmp_path / 'subnet.json'), kind)
+    cfg = _retrain_cfg(kind, tiny_digits, str(tmp_path / 'run'), subnet, epochs=2)
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    assert runner.model.reg_active  # epoch 1 ≥ t_warm = 1
+    saved = torch.load(osp.join(str(tmp_path / 'run'), 'epoch_2.pth'), map_location='cpu',
+                       weights_only=False)
+    reg = saved[CHECKPOINT_KEY]
+    assert reg['type'] == ('ib' if kind == 'dcs' else 'kcr')
+    log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
+    if kind == 'dcs':
+        assert 'ib state refreshed' in log and 'ib: ' in log and 'loss_ib' in log
+    else:
+        assert 'kcr state refreshed' in log and 'tnn: ' in log and 'kc: ' in log
+        assert 'loss_kcr' in log
+
+    # resume from epoch 1: the state is restored exactly before training goes on
+    ckpt1 = osp.join(str(tmp_path / 'run'), 'epoch_1.pth')
+    expected = torch.load(ckpt1, map_location='cpu', weights_only=False)[CHECKPOINT_KEY]['state']
+    cfg2 = _retrain_cfg(kind, tiny_digits, str(tmp_path / 'resumed'), subnet, epochs=2,
+                        resume=True, load_from=ckpt1)
+    runner2 = Runner.from_cfg(cfg2)
+    capture = _CaptureState()
+    runner2.register_hook(capture)
+    runner2.train()
+    assert capture.state.keys() == expected.keys()
+    for k in expected:
+        assert torch.equal(capture.state[k].cpu(), expected[k]), k
+
+
+def test_t_warm_beyond_max_epochs_and_class_mismatch_are_refused(tiny_digits, tmp_path):
+    from mmengine.runner import Runner
+    subnet = _write_subnet(str(tmp_path / 'subnet.json'), 'kcr')
+    cfg = _retrain_cfg('kcr', tiny_digits, str(tmp_path / 'a'), subnet, epochs=2,
+                       **{'model.regularizer.t_warm': 2})
+    with pytest.raises(ValueError, match='t_warm = 2 is not below max_epochs = 2'):
+        Runner.from_cfg(cfg).train()
+    cfg = _retrain_cfg('kcr', tiny_digits, str(tmp_path / 'b'), subnet, epochs=2,
+                       **{'model.head.num_classes': 7})
+    with pytest.raises(ValueError, match='num_classes = 7 but the training set has 10'):
+        Runner.from_cfg(cfg).train()
+
+
+@pytest.mark.xdist_group('train')
+def test_search_runs_under_ddp_two_gloo_processes(tiny_digits, tmp_path):
+    import sys
+    cls = osp.join(tiny_digits, 'cls')
+    work = str(tmp_path / 'ddp')
+    cmd = ['bash', 'tools/dist_train.sh', 'configs/demo/dcs-mobilevit-xs_search_digits.py', '2',
+           '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
+           f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
+           'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+           'train_dataloader.batch_size=16', 'default_hooks.logger.interval=1']
+    env = {'PATH': f'{osp.dirname(sys.executable)}:/usr/bin:/bin', 'PORT': '29641',
+           'OMP_NUM_THREADS': '1', 'HOME': osp.expanduser('~')}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert 'arch_loss_cost' in out
+    ckpt = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu', weights_only=False)
+    assert set(ckpt['optimizer']) >= {'weight', 'arch'} or 'weight.state' in str(
+        list(ckpt['optimizer'])[:4])
