@@ -1,0 +1,454 @@
+"""Parameters and FLOPs of mmdcs models, counted with one tool (``mmengine.analysis``) for the
+baseline, the supernet and the pruned subnet alike (METHOD §9).
+
+FLOPs are **multiply-accumulates** as ``mmengine.analysis.FlopAnalyzer`` (fvcore) counts them:
+convolutions, linear layers, matmuls/einsums, normalisation layers; element-wise operations
+(activations, softmax, the 0/1 gate masks, residual additions) count nothing. mmengine has no
+handle for ``aten::scaled_dot_product_attention``, so the attention products of
+:class:`~mmdcs.selection.DCSAttention` (ViT, Swin, MobileViT) would silently count 0; we add one
+(:func:`sdpa_flop_jit`: Q·Kᵀ and W·V, ``B·heads·N_q·N_k·(d_qk + d_v)``), so the
+explicit-matmul form and the fused form count the same.
+
+* :func:`count_params`, :func:`count_flops` — of any module (a backbone, or a whole mmengine
+  model such as an mmpretrain ``ImageClassifier``, traced in ``'tensor'`` mode).
+* :func:`random_subnet` — a subnet pruned to a stated kept ratio without a search (seeded random
+  choice of round(ratio·D) channels per prunable block): FLOPs and parameters depend only on D̃.
+* :func:`complexity_table` / :func:`format_table` — every model: baseline, DCS/KCR supernet and
+  subnets at given kept ratios, beside the papers' own numbers (:data:`PAPER_NUMBERS`).
+"""
+import inspect
+import math
+import os.path as osp
+import sys
+import time
+import warnings
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
+
+import torch
+import torch.nn as nn
+
+from mmdcs.selection import SubnetSpec, prunable_modules
+
+Size = Tuple[int, int]
+
+#: The papers' own numbers (METHOD §9): (arch, variant) → whole classifier at the paper's input
+#: size (224; 256 for MobileViT). params in M, FLOPs in G, as printed in the papers.
+#: Sources: DCS = seed 000 (dcs_transformer_icml2024), KCR = seed 001 (kcr_transformer).
+PAPER_NUMBERS: Dict[Tuple[str, str], dict] = {
+    ('mobilevit-xs', 'baseline'): dict(params=2.3, flops=0.71, top1=74.8,
+                                       source='DCS Table 4 (Table 1: 0.7 G)'),
+    ('mobilevit-xs', 'dcs'): dict(params=2.0, flops=0.54, top1=76.8,
+                                  source='DCS Table 4 (Table 1: 0.5 G)'),
+    ('mobilevit-s', 'baseline'): dict(params=5.6, flops=1.4, top1=78.4,
+                                      source='DCS Table 1 (Tables 4, 8: 1.6 G)'),
+    ('mobilevit-s', 'dcs'): dict(params=4.8, flops=1.2, top1=81.0, source='DCS Table 1'),
+    ('efficientvit-b1', 'baseline'): dict(params=9.1, flops=0.52, top1=79.4,
+                                          source='DCS Table 1, r224 (text: 0.54 G)'),
+    ('efficientvit-b1', 'dcs'): dict(params=8.2, flops=0.46, top1=80.8,
+                                     source='DCS Table 1, r224'),
+    ('vit-s16', 'baseline'): dict(params=22.1, flops=4.3, top1=81.2, source='KCR Table 1'),
+    ('vit-s16', 'kcr'): dict(params=19.8, flops=3.8, top1=82.2, source='KCR Table 1'),
+    ('vit-s16', 'dcs'): dict(params=20.2, flops=3.9, top1=82.0, source='DCS Table 1'),
+    ('vit-b16', 'baseline'): dict(params=86.5, flops=17.6, top1=83.7, source='KCR Table 1'),
+    ('vit-b16', 'kcr'): dict(params=69.5, flops=14.5, top1=84.6, source='KCR Table 1'),
+    ('swin-t', 'baseline'): dict(params=29.0, flops=4.5, top1=81.3, source='KCR Table 1'),
+    ('swin-t', 'kcr'): dict(params=24.6, flops=3.9, top1=82.4, source='KCR Table 1'),
+    ('swin-t', 'dcs'): dict(params=26.1, flops=4.0, top1=82.0, source='DCS Table 1'),
+    ('swin-b', 'baseline'): dict(params=88.0, flops=15.4, top1=83.5, source='KCR Table 1'),
+    ('swin-b', 'kcr'): dict(params=70.2, flops=12.6, top1=84.7, source='KCR Table 1'),
+}
+
+#: the variant each paper applies to a family (METHOD §9): DCS for the mobile models, KCR for
+#: ViT and Swin
+PAPER_VARIANT = {'mobilevit': 'dcs', 'efficientvit': 'dcs', 'vit': 'kcr', 'swin': 'kcr'}
+
+#: models of the full table (METHOD §9)
+TABLE_MODELS = ('vit-s16', 'vit-b16', 'swin-t', 'swin-b', 'mobilevit-xs', 'mobilevit-s',
+                'efficientvit-b1')
+
+# ----------------------------------------------------------------------------- counting
+def sdpa_flop_jit(inputs: list, outputs: list) -> int:
+    """MACs of ``aten::scaled_dot_product_attention``: Q·Kᵀ and W·V (FlopAnalyzer handle)."""
+    from mmengine.analysis.jit_handles import get_shape
+    q, k, v = (get_shape(t) for t in inputs[:3])
+    batch = math.prod(q[:-2])
+    return batch * q[-2] * k[-2] * (q[-1] + v[-1])
+
+
+def count_params(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters (all of them, or those with ``requires_grad``)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def _shape(input_shape: Union[int, Sequence[int]], in_channels: int = 3) -> Tuple[int, ...]:
+    """(B, C, H, W) from an int (square), (H, W), (C, H, W) or (B, C, H, W)."""
+    if isinstance(input_shape, int):
+        input_shape = (input_shape, input_shape)
+    s = tuple(int(v) for v in input_shape)
+    if len(s) == 2:
+        return (1, in_channels) + s
+    if len(s) == 3:
+        return (1, ) + s
+    if len(s) == 4:
+        return s
+    raise ValueError(f'input_shape must be H, (H, W), (C, H, W) or (B, C, H, W); got {s}')
+
+
+class _TensorMode(nn.Module):
+    """An mmengine model (``forward(inputs, data_samples, mode)``) traced in ``'tensor'`` mode."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x, mode='tensor')
+
+
+def _takes_mode(model: nn.Module) -> bool:
+    try:
+        return 'mode' in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@torch.no_grad()
+def flop_analysis(model: nn.Module, input_shape: Union[None, int, Sequence[int]] = None,
+                  count_attention: bool = True, inputs: Optional[torch.Tensor] = None):
+    """A ready ``FlopAnalyzer`` of ``model`` on a random input of ``input_shape`` (or on
+    ``inputs``; see :func:`count_flops`), for totals and per-module / per-operator
+    breakdowns."""
+    from mmengine.analysis import FlopAnalyzer
+    if inputs is None:
+        if input_shape is None:
+            raise ValueError('give input_shape or inputs')
+        device = next(iter(model.parameters()), torch.empty(0)).device
+        x = torch.randn(_shape(input_shape), device=device)
+    else:
+        x = inputs
+    target = _TensorMode(model) if _takes_mode(model) else model
+    fa = FlopAnalyzer(target, (x, ))
+    if count_attention:
+        fa.set_op_handle('aten::scaled_dot_product_attention', sdpa_flop_jit)
+    fa.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    fa.tracer_warnings('none')
+    return fa
+
+
+@torch.no_grad()
+def count_flops(model: nn.Module, input_shape: Union[None, int, Sequence[int]] = None,
+                count_attention: bool = True, inputs: Optional[torch.Tensor] = None) -> int:
+    """FLOPs (multiply-accumulates, mmengine's convention) of one forward pass in eval mode.
+
+    Args:
+        model: a backbone (``forward(x)``) or an mmengine model whose ``forward`` takes ``mode``
+            (e.g. mmpretrain's ``ImageClassifier``), which is traced in ``'tensor'`` mode.
+        input_shape: H (square), (H, W), (C, H, W) or (B, C, H, W); batch 1 unless given.
+        count_attention: count ``scaled_dot_product_attention`` (Q·Kᵀ and W·V) with
+            :func:`sdpa_flop_jit`; ``False`` gives mmengine's own count (0 for that op).
+        inputs: the input tensor itself (any shape), instead of ``input_shape``.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            return int(flop_analysis(model, input_shape, count_attention, inputs).total())
+    finally:
+        model.train(was_training)
+
+
+# ----------------------------------------------------------------------------- backbones
+def backbone_classes() -> Dict[str, Type[nn.Module]]:
+    """Family name → mmdcs backbone class (every registered :class:`SelectableBackbone`)."""
+    import mmdcs.models.backbones  # noqa: F401  (registers the families)
+    from mmdcs.models.backbones import SelectableBackbone
+    out, stack = {}, list(SelectableBackbone.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls.family and cls.arch_zoo:
+            out.setdefault(cls.family, cls)
+        stack.extend(cls.__subclasses__())
+    return out
+
+
+def backbone_class(arch_or_family: str) -> Type[nn.Module]:
+    """The backbone class of an arch (``'vit-s16'``) or a family (``'vit'``)."""
+    classes = backbone_classes()
+    if arch_or_family in classes:
+        return classes[arch_or_family]
+    for cls in classes.values():
+        if arch_or_family in cls.arch_zoo:
+            return cls
+    archs = sorted(a for c in classes.values() for a in c.arch_zoo)
+    raise ValueError(f'unknown arch {arch_or_family!r}; valid: {", ".join(archs)}')
+
+
+def _resolve_class(backbone_cls) -> Type[nn.Module]:
+    if isinstance(backbone_cls, str):
+        name = backbone_cls.split('.')[-1]
+        for cls in backbone_classes().values():
+            if cls.__name__ == name:
+                return cls
+        return backbone_class(backbone_cls)
+    return backbone_cls
+
+
+def nominal_input_size(backbone: nn.Module) -> Size:
+    """The input size a backbone's FLOPs are quoted at: its ``img_size`` (ViT, Swin),
+    ``nominal_size`` (MobileViT: 256) or its module's ``NOMINAL_SIZE`` (EfficientViT: 224);
+    224 otherwise."""
+    size = getattr(backbone, 'img_size', None) or getattr(backbone, 'nominal_size', None)
+    if size is None:
+        size = getattr(sys.modules.get(type(backbone).__module__), 'NOMINAL_SIZE', 224)
+    if isinstance(size, int):
+        return (size, size)
+    return (int(size[0]), int(size[1]))
+
+
+def default_input_size(backbone_cls) -> Size:
+    """:func:`nominal_input_size` of a backbone class, without building it."""
+    cls = _resolve_class(backbone_cls)
+    size = getattr(cls, 'nominal_size', None)
+    if size is None:
+        default = inspect.signature(cls.__init__).parameters.get('img_size')
+        size = default.default if default is not None else None
+    if size is None:
+        size = getattr(sys.modules.get(cls.__module__), 'NOMINAL_SIZE', 224)
+    return (size, size) if isinstance(size, int) else tuple(size)
+
+
+def _size_kwargs(cls, size: Optional[Size]) -> dict:
+    """``img_size`` for the backbones that take it (ViT: position-embedding grid; Swin: cost)."""
+    if size is None or 'img_size' not in inspect.signature(cls.__init__).parameters:
+        return {}
+    if size[0] == size[1]:
+        return dict(img_size=size[0])
+    return dict(img_size=tuple(size))
+
+
+@torch.no_grad()
+def set_random_keep_(model: nn.Module, keep_ratio: float, seed: int = 0) -> Dict[str, int]:
+    """Set every α of a supernet so that exactly max(1, round(keep_ratio·D)) channels of each
+    prunable block are kept (α = +1 on a seeded random choice of channels, −1 elsewhere).
+    Returns block → D̃."""
+    if not 0. < keep_ratio <= 1.:
+        raise ValueError(f'keep_ratio must be in (0, 1], got {keep_ratio}')
+    modules = prunable_modules(model)
+    if not modules:
+        raise ValueError(f'{type(model).__name__} has no architecture parameters (a baseline '
+                         'or an already pruned backbone): nothing to prune')
+    g = torch.Generator().manual_seed(seed)
+    kept = {}
+    for name, m in modules.items():
+        d = m.select.dim
+        k = min(d, max(1, int(round(keep_ratio * d))))
+        alpha = torch.full((d, ), -1.)
+        alpha[torch.randperm(d, generator=g)[:k]] = 1.
+        m.select.alpha.copy_(alpha.to(m.select.alpha))
+        kept[name] = k
+    return kept
+
+
+def random_subnet(backbone_cls, arch: str, variant: str, keep_ratio: float, seed: int = 0,
+                  **backbone_kwargs) -> SubnetSpec:
+    """A subnet pruned to a stated ratio without a search.
+
+    Builds the supernet ``backbone_cls(arch=arch, variant=variant, **backbone_kwargs)``, keeps
+    exactly max(1, round(keep_ratio·D)) channels of every prunable block (a seeded random
+    choice, :func:`set_random_keep_`) and returns its :class:`SubnetSpec`.
+
+    Args:
+        backbone_cls: the class (``mmdcs.models.backbones.vit.ViT``), or its name (``'ViT'``,
+            ``'mmdcs.ViT'``), or a family (``'vit'``).
+    """
+    cls = _resolve_class(backbone_cls)
+    model = cls(arch=arch, variant=variant, **backbone_kwargs)
+    set_random_keep_(model, keep_ratio, seed)
+    return model.export_subnet(random_keep_ratio=keep_ratio, seed=seed)
+
+
+# ----------------------------------------------------------------------------- classifiers
+def repo_configs_dir() -> Optional[str]:
+    """``configs/`` of the checkout (or ``mmdcs/.mim/configs`` of an installed package)."""
+    here = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    for path in (osp.join(osp.dirname(here), 'configs'), osp.join(here, '.mim', 'configs')):
+        if osp.isdir(path):
+            return path
+    return None
+
+
+def base_model_config(arch: str) -> Optional[str]:
+    """``configs/_base_/models/<family>_<arch>.py`` (the mmpretrain classifier of an arch)."""
+    root = repo_configs_dir()
+    if root is None:
+        return None
+    path = osp.join(root, '_base_', 'models', f'{backbone_class(arch).family}_{arch}.py')
+    return path if osp.isfile(path) else None
+
+
+def build_classifier(arch: str, variant: str = 'baseline', subnet=None,
+                     img_size: Optional[Size] = None) -> nn.Module:
+    """The mmpretrain ``ImageClassifier`` of ``configs/_base_/models/<family>_<arch>.py`` with
+    its backbone set to ``variant`` (or built from ``subnet``, whose variant it takes), eval
+    mode."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    path = base_model_config(arch)
+    if path is None:
+        raise FileNotFoundError(f'no base model config for {arch!r} (configs/_base_/models/)')
+    import mmpretrain.utils
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    model_cfg = Config.fromfile(path).model
+    backbone = model_cfg.backbone
+    backbone.variant = variant
+    if subnet is not None:
+        spec = SubnetSpec.coerce(subnet)
+        backbone.subnet = subnet if isinstance(subnet, str) else spec.to_dict()
+        backbone.variant = spec.variant
+    backbone.update(_size_kwargs(_resolve_class(backbone.type), img_size))
+    from mmpretrain.registry import MODELS
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(model_cfg)
+    return model.eval()
+
+
+def build_backbone(arch: str, variant: str = 'baseline', subnet=None,
+                   img_size: Optional[Size] = None) -> nn.Module:
+    cls = backbone_class(arch)
+    kwargs = _size_kwargs(cls, img_size)
+    if subnet is not None:
+        return cls(arch=arch, subnet=subnet, **kwargs).eval()
+    return cls(arch=arch, variant=variant, **kwargs).eval()
+
+
+# ----------------------------------------------------------------------------- the table
+def _row(arch: str, family: str, variant: str, role: str, kept_ratio: float, model: nn.Module,
+         backbone: nn.Module, size: Size, paper: Optional[dict], seconds: float,
+         flops: int) -> dict:
+    return dict(
+        model=arch, family=family, variant=variant, role=role, kept_ratio=kept_ratio,
+        input=f'{size[0]}x{size[1]}', params_m=count_params(model) / 1e6,
+        backbone_params_m=count_params(backbone) / 1e6, flops_g=flops / 1e9,
+        paper_params_m=paper['params'] if paper else None,
+        paper_flops_g=paper['flops'] if paper else None,
+        paper_top1=paper['top1'] if paper else None,
+        paper_source=paper['source'] if paper else None, seconds=seconds)
+
+
+def complexity_table(models: Iterable[str] = TABLE_MODELS, ratios: Sequence[float] = (0.9, 0.7),
+                     input_sizes: Union[None, int, Size, Dict[str, Union[int, Size]]] = None,
+                     whole_model: bool = True, variants: Optional[Dict[str, str]] = None,
+                     seed: int = 0, count_attention: bool = True) -> List[dict]:
+    """Params and FLOPs of every model: baseline, supernet and subnets at kept ratios.
+
+    Args:
+        models: archs (``'vit-s16'``, ``'mobilevit-xs'`` ...).
+        ratios: kept ratios of the subnets (a seeded random choice of round(ratio·D) channels
+            per block, :func:`random_subnet`).
+        input_sizes: None (each family's nominal size: 224, MobileViT 256), one size for all,
+            or arch → size.
+        whole_model: count the whole classifier of ``configs/_base_/models`` (comparable to the
+            papers); False: the backbone alone.
+        variants: family → variant of the supernet and subnets (default :data:`PAPER_VARIANT`).
+        seed: of the random subnets.
+        count_attention: count the attention products (see :func:`count_flops`).
+
+    Returns:
+        one dict per row: model, family, variant, role ('baseline' | 'supernet' | 'subnet'),
+        kept_ratio, input, params_m, backbone_params_m, flops_g, paper_params_m, paper_flops_g,
+        paper_top1, paper_source (the paper's baseline beside the baseline row, its compact
+        model beside the subnet rows), seconds (time to build and count).
+    """
+    variants = dict(PAPER_VARIANT, **(variants or {}))
+    rows = []
+    for arch in models:
+        cls = backbone_class(arch)
+        family = cls.family
+        if input_sizes is None:
+            size = default_input_size(cls)
+        elif isinstance(input_sizes, dict):
+            s = input_sizes.get(arch, default_input_size(cls))
+            size = (s, s) if isinstance(s, int) else tuple(s)
+        else:
+            size = (input_sizes, input_sizes) if isinstance(input_sizes, int) else \
+                tuple(input_sizes)
+        variant = variants[family]
+        use_cls = whole_model and base_model_config(arch) is not None
+
+        def build(v, subnet=None):
+            if use_cls:
+                m = build_classifier(arch, v, subnet, size)
+                return m, m.backbone
+            b = build_backbone(arch, v, subnet, size)
+            return b, b
+
+        def measure(role, v, kept_ratio, subnet=None, paper=None):
+            t0 = time.perf_counter()
+            model, backbone = build(v, subnet)
+            flops = count_flops(model, size, count_attention)
+            rows.append(_row(arch, family, v, role, kept_ratio, model, backbone, size, paper,
+                             time.perf_counter() - t0, flops))
+            return backbone
+
+        with torch.no_grad():
+            measure('baseline', 'baseline', 1.0, paper=PAPER_NUMBERS.get((arch, 'baseline')))
+            supernet = measure('supernet', variant, 1.0)
+            for r in ratios:
+                set_random_keep_(supernet, r, seed)
+                spec = supernet.export_subnet(random_keep_ratio=r, seed=seed)
+                measure('subnet', variant, spec.kept_ratio, subnet=spec,
+                        paper=PAPER_NUMBERS.get((arch, variant)))
+    return rows
+
+
+def _fmt(v, spec: str = '.2f') -> str:
+    return '—' if v is None else format(v, spec)
+
+
+def flops_note(count_attention: bool = True, whole_model: bool = True) -> str:
+    """The FLOPs-convention note printed under the table."""
+    what = ("the whole classifier (backbone + neck + head, 'tensor' mode, batch 1)"
+            if whole_model else 'the backbone alone (batch 1)')
+    attn = ('attention products included (mmdcs adds the handle for '
+            'aten::scaled_dot_product_attention that mmengine lacks)' if count_attention else
+            'attention products of scaled_dot_product_attention NOT counted (mmengine has no '
+            'handle for it: --no-attention-flops)')
+    return (
+        'FLOPs conventions differ between papers and tools (METHOD §9): here every row is '
+        f'counted by one tool, mmengine.analysis.FlopAnalyzer, on {what}: multiply-accumulates '
+        f'of convolutions, linear layers, matmuls and normalisation layers, {attn}; '
+        'element-wise ops (activations, softmax, gate masks) count 0. The papers used their own '
+        'counters and conventions, not always the same one (KCR Table 1\'s ViT-S 4.3 G matches '
+        'the count here without the attention products, its ViT-B 17.6 G the count with them; '
+        'the MobileViT figures, 0.71 G and 1.4-1.6 G, are far below any count here at 256): '
+        'hold the "paper" columns against the trend, not digit by digit.')
+
+
+def format_table(rows: Sequence[dict], note: bool = True, count_attention: bool = True,
+                 whole_model: bool = True) -> str:
+    """Markdown table of :func:`complexity_table` rows (and the FLOPs-convention note)."""
+    head = ('| model | variant | network | kept | input | params (M) | backbone params (M) | '
+            'FLOPs (G) | paper params (M) | paper FLOPs (G) | paper top-1 | paper source |')
+    lines = [head, '|' + '---|' * 12]
+    for r in rows:
+        network = {'baseline': 'baseline', 'supernet': 'supernet',
+                   'subnet': 'subnet'}.get(r['role'], r['role'])
+        kept = '1.00' if r['role'] != 'subnet' else f'{r["kept_ratio"]:.2f}'
+        lines.append(
+            f'| {r["model"]} | {r["variant"]} | {network} | {kept} | {r["input"]} | '
+            f'{r["params_m"]:.2f} | {r["backbone_params_m"]:.2f} | {r["flops_g"]:.3f} | '
+            f'{_fmt(r["paper_params_m"], ".1f")} | {_fmt(r["paper_flops_g"], "g")} | '
+            f'{_fmt(r["paper_top1"], ".1f")} | {r["paper_source"] or ""} |')
+    text = '\n'.join(lines)
+    if note:
+        text += ('\n\nRows: "supernet" is the searchable network with every gate open (a DCS '
+                 'supernet carries Linear_θ, the Q/K selector, in every attention: it adds FLOPs '
+                 'and parameters, and stays in the deployed DCS network since its mask depends '
+                 'on the input; KCR has none). "subnet" rows keep a seeded random '
+                 'round(kept·D) channels of every prunable block (FLOPs and parameters depend '
+                 'on D̃ only); the paper columns beside them are the papers\' searched compact '
+                 'models, whose kept ratio the papers do not state. Paper numbers: '
+                 'DCS = seed 000 (ICML 2024), KCR = seed 001; tables named per row.\n\n'
+                 + flops_note(count_attention, whole_model))
+    return text

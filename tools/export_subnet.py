@@ -1,0 +1,204 @@
+"""Export the subnet of a searched DCS / KCR supernet (METHOD §4): the deterministic gates
+(α > 0) become ``DIR/subnet.json``, and the weights of the whole model with its backbone pruned
+become ``DIR/pruned.pth`` (an mmengine checkpoint).
+
+    python tools/export_subnet.py CONFIG CHECKPOINT --out DIR [--shape H W]
+                                  [--cfg-options k=v ...] [--no-verify]
+
+CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
+supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
+(``mmengine.analysis``, multiply-accumulates) before and after at the config's input size (or
+--shape), every block's D → D̃, checks that the pruned model gives the supernet's eval output,
+and prints how to use the subnet in a config.
+"""
+import argparse
+import os
+import os.path as osp
+import sys
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+from mmengine.config import DictAction
+
+from mmdcs.utils.launch import UserError, user_errors
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description='Export the subnet (subnet.json + pruned checkpoint) of a DCS/KCR supernet')
+    parser.add_argument('config', help='the config the supernet was trained with')
+    parser.add_argument('checkpoint', help='the supernet checkpoint')
+    parser.add_argument('--out', required=True, help='output directory')
+    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+                        help='input size H [W] for the FLOPs (default: the config\'s input '
+                        'size, else the backbone\'s nominal size)')
+    parser.add_argument('--no-verify', action='store_true',
+                        help='skip the check that the pruned model gives the supernet\'s output')
+    parser.add_argument(
+        '--cfg-options', nargs='+', action=DictAction,
+        help='override settings of the config, key=value')
+    return parser.parse_args(argv)
+
+
+def _shape(args_shape):
+    if not args_shape:
+        return None
+    if len(args_shape) == 1:
+        return (args_shape[0], args_shape[0])
+    if len(args_shape) == 2:
+        return tuple(args_shape)
+    raise UserError(f'--shape takes H or H W, got {args_shape}')
+
+
+def _outputs(model, x, classifier):
+    import torch
+    with torch.no_grad():
+        out = model(x, mode='tensor') if classifier else model.backbone(x) if hasattr(
+            model, 'backbone') else model(x)
+    return out if isinstance(out, (tuple, list)) else (out, )
+
+
+def export(args) -> dict:
+    import torch
+
+    import mmdcs
+
+    from mmdcs.analysis.complexity import count_flops, count_params
+    from mmdcs.selection import file_sha256
+    from mmdcs.utils.subnet_io import (backbone_cfg_of, backbone_prefix, block_summary,
+                                       build_model, complexity_lines, config_input_size,
+                                       export_meta, human, load_model_checkpoint,
+                                       load_task_config, pruned_model_state, require_supernet,
+                                       save_pruned_checkpoint, usage_lines, with_subnet)
+    shape = _shape(args.shape)
+    if not osp.isfile(args.checkpoint):
+        # checked before the (slow) model build; the config is checked first by load_config
+        from mmdcs.utils.launch import load_config
+        load_config(args.config)
+        raise UserError(f'checkpoint not found: {args.checkpoint}')
+    cfg, scope = load_task_config(args.config, args.cfg_options)
+    model = build_model(cfg.model, scope)
+    backbone = require_supernet(model, args.config)
+    ckpt = load_model_checkpoint(model, args.checkpoint)
+    model.eval()
+
+    sha = file_sha256(args.checkpoint)
+    spec = backbone.export_subnet(**export_meta(args.config, args.checkpoint, sha))
+    empty = [name for name, m in _prunable(backbone).items()
+             if not bool((m.select.alpha > 0).any())]
+    if shape is None:
+        shape, source = config_input_size(cfg, backbone)
+    else:
+        source = '--shape'
+
+    # the whole model with the backbone pruned, then the pruned model built from the spec alone
+    state = pruned_model_state(model, spec, backbone_cfg_of(cfg.model))
+    pruned = build_model(with_subnet(cfg.model, spec.to_dict()), scope)
+    missing, unexpected = pruned.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise UserError(f'internal: the pruned weights do not fit the model built from the '
+                        f'subnet (missing {missing[:5]}, unexpected {unexpected[:5]})')
+    pruned.eval()
+    pruned_backbone = require_pruned(pruned)
+
+    classifier = scope in ('mmpretrain', 'mmdcs') and hasattr(model, 'head')
+    in_channels = _in_channels(backbone)
+    full_shape = (1, in_channels) + tuple(shape)
+    rows = [('backbone, supernet', count_params(backbone), count_flops(backbone, full_shape)),
+            ('backbone, pruned', count_params(pruned_backbone),
+             count_flops(pruned_backbone, full_shape))]
+    if classifier:
+        rows += [('whole model, supernet', count_params(model), count_flops(model, full_shape)),
+                 ('whole model, pruned', count_params(pruned), count_flops(pruned, full_shape))]
+
+    max_diff = None
+    if not args.no_verify:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(full_shape, generator=g)
+        ref = _outputs(model, x, classifier)
+        out = _outputs(pruned, x, classifier)
+        max_diff = max(float((a - b).abs().max()) for a, b in zip(ref, out))
+
+    os.makedirs(args.out, exist_ok=True)
+    subnet_path = osp.join(args.out, 'subnet.json')
+    ckpt_path = osp.join(args.out, 'pruned.pth')
+    spec.save(subnet_path)
+    src_meta = ckpt.get('meta', None) or {}
+    meta = dict(
+        mmdcs_version=mmdcs.__version__, subnet=spec.to_dict(),
+        input_shape=list(full_shape),
+        params=dict(backbone_supernet=rows[0][1], backbone_pruned=rows[1][1]),
+        flops=dict(backbone_supernet=rows[0][2], backbone_pruned=rows[1][2]),
+        **{k: v for k, v in spec.meta.items()})
+    if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
+        meta['dataset_meta'] = src_meta['dataset_meta']
+    save_pruned_checkpoint(ckpt_path, state, meta)
+
+    # ------------------------------------------------------------------ report
+    print(f'\nSubnet of {type(backbone).__name__}({spec.arch}, {spec.variant}) from '
+          f'{args.checkpoint} (sha256 {sha[:16]}...)')
+    print(f'kept channels: {sum(b.kept for b in spec.blocks)} of '
+          f'{sum(b.dim for b in spec.blocks)} ({spec.kept_ratio:.1%}) over '
+          f'{len(spec.blocks)} blocks\n')
+    print(block_summary(spec))
+    if empty:
+        print(f'\nWARNING: {len(empty)} block(s) had no α > 0 and keep their largest channel '
+              f'(a block cannot be empty): {", ".join(empty[:6])}'
+              f'{" ..." if len(empty) > 6 else ""}')
+    print(f'\nParams and FLOPs (mmengine.analysis, multiply-accumulates) at input '
+          f'{shape[0]}x{shape[1]} ({source}):\n')
+    print(complexity_lines(rows, full_shape))
+    b0, b1 = rows[0][2], rows[1][2]
+    print(f'\nbackbone FLOPs: {human(b0)} -> {human(b1)} ({(b1 - b0) / max(b0, 1):+.1%}); '
+          f'params: {human(rows[0][1])} -> {human(rows[1][1])} '
+          f'({(rows[1][1] - rows[0][1]) / max(rows[0][1], 1):+.1%})')
+    if max_diff is not None:
+        ok = max_diff <= 1e-4 * max(1., max(float(t.abs().max()) for t in ref))
+        what = 'logits' if classifier else 'backbone outputs'
+        print(f'check: pruned vs supernet eval {what}, max |diff| = {max_diff:.3g} '
+              f'({"equal" if ok else "NOT EQUAL"})')
+        if not ok and not empty:
+            print('WARNING: the pruned model does not reproduce the supernet; please report '
+                  'this', file=sys.stderr)
+    print(f'\nwrote {subnet_path}\nwrote {ckpt_path}\n')
+    print('\n'.join(usage_lines(args.config, args.out, spec.variant,
+                                backbone_prefix(model) or '')))
+    return dict(spec=spec, rows=rows, max_diff=max_diff, subnet=subnet_path, checkpoint=ckpt_path)
+
+
+def _prunable(backbone):
+    from mmdcs.selection import prunable_modules
+    return prunable_modules(backbone)
+
+
+def _in_channels(backbone) -> int:
+    import torch.nn as nn
+    for m in backbone.modules():
+        if isinstance(m, nn.Conv2d):
+            return m.in_channels
+    return 3
+
+
+def require_pruned(model):
+    from mmdcs.utils.subnet_io import mmdcs_backbone
+    b = mmdcs_backbone(model)
+    if b is None or b.subnet_spec is None:
+        raise UserError('internal: the model built from the subnet has no pruned mmdcs backbone')
+    return b
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mmdcs.selection import SubnetError
+    with user_errors():
+        try:
+            export(args)
+        except SubnetError as e:
+            raise UserError(str(e)) from e
+
+
+if __name__ == '__main__':
+    main()
