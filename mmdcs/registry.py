@@ -55,7 +55,9 @@ TRANSFORMS = Registry(
     'transform', parent=MMENGINE_TRANSFORMS, scope='mmdcs', locations=['mmdcs.datasets'])
 
 
-# torch >= 2.6 vs mmengine 0.10.7 checkpoint loading: fixed here, once (see mmdcs.utils.compat)
-from .utils.compat import patch_mmengine_checkpoint_loading  # noqa: E402
+# torch >= 2.6 vs mmengine 0.10.7 checkpoint loading, mmdet 3.3's SSDHead: fixed here, once
+# (see mmdcs.utils.compat)
+from .utils.compat import patch_mmdet_ssd_head, patch_mmengine_checkpoint_loading  # noqa: E402
 
 patch_mmengine_checkpoint_loading()
+patch_mmdet_ssd_head()

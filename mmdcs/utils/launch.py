@@ -62,7 +62,10 @@ def prepare_task(cfg) -> str:
                         f"`pip install {requirement}` or run `make setup`.") from e
     module.register_all_modules(init_default_scope=False)
     from mmdcs.utils import register_all_modules
+    from mmdcs.utils.compat import patch_mmdet_ssd_head
     register_all_modules(init_default_scope=False)
+    if scope == 'mmdet':
+        patch_mmdet_ssd_head(import_if_needed=True)
     return scope
 
 
