@@ -1,19 +1,13 @@
-# UperNet (ADE20K, 512x512, 160k iterations) with an mmdcs Swin-T KCR supernet: mmseg's Swin-T
-# recipe (AdamW 6e-5, wd 0.01, no decay on norms and relative position tables, poly schedule)
-# with the backbone replaced; drop_path_rate 0.3 as mmseg's Swin-T UperNet. For the searched
-# subnet set `model.backbone.subnet=<subnet.json>` (the variant is read from it).
-# ImageNet weights: a checkpoint converted from timm (mmdcs.models.backbones.swin.convert_timm)
-# loads with init_cfg=dict(type='Pretrained', checkpoint=..., prefix='backbone.').
-_base_ = 'mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'
+# UperNet (ADE20K, 512×512, 160k iterations) with the Swin-T KCR *supernet* (every block with its
+# MLP channel gate, all gates open at the start): upernet_swin-t-kcr_512x512_160k_ade20k.py without
+# a subnet, for experiments with the unpruned KCR blocks (not a setting of the papers). It
+# initialises from a plain Swin-T classifier (converted from timm; the gates keep their
+# "all kept" init):
+#   --cfg-options model.backbone.init_cfg.checkpoint=PATH
+# For the searched subnet use upernet_swin-t-kcr_512x512_160k_ade20k.py (or set
+# model.backbone.subnet).
+_base_ = './upernet_swin-t-kcr_512x512_160k_ade20k.py'
 
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='mmdcs.Swin',
-        arch='swin-t',
-        variant='kcr',
-        out_indices=(0, 1, 2, 3),
-        drop_path_rate=0.3,
-        init_cfg=None),
-    decode_head=dict(in_channels=[96, 192, 384, 768]),
-    auxiliary_head=dict(in_channels=384))
+pretrained = 'checkpoints/swin-t_in1k.pth'
+
+model = dict(backbone=dict(subnet=None, init_cfg=dict(checkpoint=pretrained)))

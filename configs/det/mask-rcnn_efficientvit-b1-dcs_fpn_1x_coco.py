@@ -1,0 +1,10 @@
+# Mask R-CNN + FPN (COCO, 1x) with the searched DCS-EfficientViT-B1 (seed 000, Table 2: 34.8 box /
+# 33.2 mask mAP).
+#   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+_base_ = './mask-rcnn_efficientvit-b1_fpn_1x_coco.py'
+
+subnet = 'work_dirs/search/dcs-efficientvit-b1/subnet.json'
+pretrained = 'work_dirs/retrain/dcs-efficientvit-b1/best.pth'
+
+model = dict(backbone=dict(variant='dcs', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

@@ -1,0 +1,11 @@
+# Mask R-CNN + FPN (COCO, 1x) with the searched KCR-Swin-T (the subnet exported by the KCR search,
+# initialised from its retrained ImageNet classifier); otherwise mask-rcnn_swin-t_fpn_1x_coco.py.
+#   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+# (the variables below are read when the file is parsed; overriding them alone changes nothing).
+_base_ = './mask-rcnn_swin-t_fpn_1x_coco.py'
+
+subnet = 'work_dirs/search/kcr-swin-t/subnet.json'
+pretrained = 'work_dirs/retrain/kcr-swin-t/best.pth'
+
+model = dict(backbone=dict(variant='kcr', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

@@ -1,0 +1,9 @@
+# SSDLite 320 (COCO, 200 epochs) with the searched DCS-MobileViT-S (seed 000, Table 3: 28.7 mAP).
+#   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+_base_ = './ssdlite_mobilevit-s_200e_coco.py'
+
+subnet = 'work_dirs/search/dcs-mobilevit-s/subnet.json'
+pretrained = 'work_dirs/retrain/dcs-mobilevit-s/best.pth'
+
+model = dict(backbone=dict(variant='dcs', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

@@ -1,0 +1,10 @@
+# UperNet (ADE20K, 512×512, 160k iterations) with the searched KCR-Swin-B (seed 001, Table 2:
+# 52.4 mIoU, multi-scale test); otherwise upernet_swin-b_512x512_160k_ade20k.py.
+#   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+_base_ = './upernet_swin-b_512x512_160k_ade20k.py'
+
+subnet = 'work_dirs/search/kcr-swin-b/subnet.json'
+pretrained = 'work_dirs/retrain/kcr-swin-b/best.pth'
+
+model = dict(backbone=dict(variant='kcr', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))
