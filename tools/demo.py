@@ -1,11 +1,14 @@
-"""The main job of mmdcs, end to end on the embedded digits data (CPU, a few minutes):
+"""The main job of mmdcs, end to end on the embedded digits data (CPU; ~15 minutes on 2 cores):
 
-  1. build the digits datasets (classification + detection/segmentation scenes) if missing;
-  2. train a classifier from an mmdcs config with tools/train.py and evaluate it with
-     tools/test.py.
+  1. data: build the digits datasets (classification + detection/segmentation scenes);
+  2. baseline: train and evaluate a MobileViT-XS classifier;
+  3. DCS: search a DCS-MobileViT-XS supernet (alternating weight/α steps, cost term, τ decay),
+     export the subnet, retrain it with the IB bound (EMA weights), evaluate;
+  4. KCR: the same with a KCR supernet and the KCR loss;
+  5. print a table: params, FLOPs, val top-1, and the IB / kernel-complexity reports.
 
-Run it with `make demo` (which sets up the environment first). Every step is an ordinary command
-a user could run by hand; they are printed as they run.
+Every step is an ordinary command of this repository (printed as it runs), with its log under
+--work-dir. Run it with `make demo`, which sets up the environment first.
 """
 import argparse
 import json
@@ -16,10 +19,11 @@ import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 
 def run(cmd, log_path):
-    """Run one step, its output to a log file; fail loudly with the log's tail."""
+    """Run one step with its output in a log file; stop with the log's tail if it fails."""
     print('$ ' + ' '.join(cmd), flush=True)
     t0 = time.time()
     with open(log_path, 'w') as log:
@@ -32,40 +36,125 @@ def run(cmd, log_path):
     print(f'  done in {time.time() - t0:.0f} s (log: {osp.relpath(log_path, ROOT)})', flush=True)
 
 
+def last_checkpoint(work_dir):
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:
+        return f.read().strip()
+
+
+def last_scalars(work_dir):
+    """The last value of every scalar in the run's vis_data/scalars.json."""
+    values = {}
+    for root, _, files in os.walk(work_dir):
+        if 'scalars.json' in files:
+            with open(osp.join(root, 'scalars.json')) as f:
+                for line in f:
+                    values.update(json.loads(line))
+    return values
+
+
+class Demo:
+
+    def __init__(self, args):
+        self.args = args
+        self.py = sys.executable
+        self.work = osp.join(ROOT, args.work_dir)
+        os.makedirs(self.work, exist_ok=True)
+        self.cls_root = osp.join(args.data, 'cls')
+        self.rows = []
+
+    def data_opts(self, epochs):
+        root = self.cls_root
+        return [f'train_dataloader.dataset.data_root={root}',
+                f'val_dataloader.dataset.data_root={root}',
+                f'test_dataloader.dataset.data_root={root}', f'train_cfg.max_epochs={epochs}']
+
+    def train(self, name, config, epochs, extra=()):
+        work_dir = osp.join(self.work, name)
+        run([self.py, 'tools/train.py', config, '--work-dir', work_dir, '--cfg-options'] +
+            self.data_opts(epochs) + list(extra), osp.join(self.work, f'{name}_train.log'))
+        return work_dir
+
+    def evaluate(self, name, config, work_dir, extra=()):
+        metrics_path = osp.join(work_dir, 'test_metrics.json')
+        run([self.py, 'tools/test.py', config, last_checkpoint(work_dir), '--work-dir', work_dir,
+             '--metrics-out', metrics_path, '--cfg-options'] + self.data_opts(1)[2:3] +
+            list(extra), osp.join(self.work, f'{name}_test.log'))
+        with open(metrics_path) as f:
+            return json.load(f)['accuracy/top1']
+
+    def complexity(self, config, extra=()):
+        """Params and FLOPs (mmengine.analysis) of the config's classifier at 64×64."""
+        from mmdcs.analysis.complexity import count_flops, count_params
+        from mmdcs.utils.subnet_io import build_model, load_task_config
+        cfg, scope = load_task_config(osp.join(ROOT, config),
+                                      dict(o.split('=', 1) for o in extra))
+        model = build_model(cfg.model, scope)
+        return count_params(model) / 1e6, count_flops(model, (3, 64, 64)) / 1e6
+
+    def baseline(self):
+        print('== 2. baseline: MobileViT-XS classifier, trained and evaluated', flush=True)
+        cfg = 'configs/demo/mobilevit-xs_digits-cls.py'
+        work_dir = self.train('baseline', cfg, self.args.epochs)
+        top1 = self.evaluate('baseline', cfg, work_dir)
+        params, flops = self.complexity(cfg)
+        self.rows.append(('MobileViT-XS (baseline)', params, flops, top1, '—'))
+
+    def method(self, kind):
+        name = kind.upper()
+        print(f'== {3 if kind == "dcs" else 4}. {name}: search -> export -> retrain', flush=True)
+        search_cfg = f'configs/demo/{kind}-mobilevit-xs_search_digits.py'
+        search_dir = self.train(f'{kind}_search', search_cfg, self.args.epochs)
+        subnet_dir = osp.join(self.work, f'{kind}_subnet')
+        run([self.py, 'tools/export_subnet.py', search_cfg, last_checkpoint(search_dir), '--out',
+             subnet_dir], osp.join(self.work, f'{kind}_export.log'))
+        subnet = osp.join(subnet_dir, 'subnet.json')
+        with open(subnet) as f:
+            spec = json.load(f)
+        kept = sum(b['kept'] for b in spec['blocks'])
+        total = sum(b['dim'] for b in spec['blocks'])
+        print(f'  subnet: {kept}/{total} MLP channels kept '
+              f'({sum(b["kept"] < b["dim"] for b in spec["blocks"])}/{len(spec["blocks"])} '
+              'blocks pruned)', flush=True)
+        retrain_cfg = f'configs/demo/{kind}-mobilevit-xs_retrain_digits.py'
+        opts = [f'model.backbone.subnet={subnet}']
+        retrain_dir = self.train(f'{kind}_retrain', retrain_cfg, self.args.epochs, opts)
+        top1 = self.evaluate(f'{kind}_retrain', retrain_cfg, retrain_dir, opts)
+        params, flops = self.complexity(retrain_cfg, opts)
+        scalars = last_scalars(retrain_dir)
+        if kind == 'dcs':
+            report = (f"IB {scalars['ib_ib']:.3f} (IBB {scalars.get('ibb', float('nan')):.3f})"
+                      if 'ib_ib' in scalars else 'n/a')
+        else:
+            report = (f"KC {scalars['kcr_kc']:.4f}, TNN {scalars['kcr_tnn']:.3f}"
+                      if 'kcr_kc' in scalars else 'n/a')
+        self.rows.append((f'{name}-MobileViT-XS ({kept}/{total} channels)', params, flops, top1,
+                          report))
+
+    def table(self):
+        print('\n== results (digits val set, 64×64; FLOPs counted by mmengine.analysis)')
+        print('| model | params (M) | FLOPs (M) | val top-1 (%) | IB / KC (last epoch) |')
+        print('|---|---|---|---|---|')
+        for name, params, flops, top1, report in self.rows:
+            print(f'| {name} | {params:.3f} | {flops:.1f} | {top1:.2f} | {report} |')
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
-    parser.add_argument('--epochs', type=int, default=4, help='classifier epochs')
+    parser.add_argument('--epochs', type=int, default=4, help='epochs of every training run')
     args = parser.parse_args()
-    work = osp.join(ROOT, args.work_dir)
-    os.makedirs(work, exist_ok=True)
-    py = sys.executable
-
-    print('== 1. data: the digits datasets (scikit-learn scans, no download)')
-    run([py, 'tools/data/build_digits.py', '--out', args.data, '--skip-existing'],
-        osp.join(work, 'data.log'))
-
-    print('== 2. classifier: train and evaluate')
-    cfg = 'configs/demo/mobilevit-xs_digits-cls.py'
-    cls_dir = osp.join(work, 'cls')
-    data_opts = [f'train_dataloader.dataset.data_root={args.data}/cls',
-                 f'val_dataloader.dataset.data_root={args.data}/cls',
-                 f'test_dataloader.dataset.data_root={args.data}/cls',
-                 f'train_cfg.max_epochs={args.epochs}']
-    run([py, 'tools/train.py', cfg, '--work-dir', cls_dir, '--cfg-options'] + data_opts,
-        osp.join(work, 'cls_train.log'))
-    ckpt = open(osp.join(cls_dir, 'last_checkpoint')).read().strip()
-    metrics_path = osp.join(cls_dir, 'test_metrics.json')
-    run([py, 'tools/test.py', cfg, ckpt, '--work-dir', cls_dir, '--metrics-out', metrics_path,
-         '--cfg-options'] + data_opts[2:3], osp.join(work, 'cls_test.log'))
-    metrics = json.load(open(metrics_path))
-
-    print('\n== results')
-    print(f'| model | dataset | val top-1 (%) |')
-    print(f'|---|---|---|')
-    print(f'| MobileViT-XS (baseline) | digits 64x64 | {metrics["accuracy/top1"]:.2f} |')
+    demo = Demo(args)
+    t0 = time.time()
+    print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)
+    run([demo.py, 'tools/data/build_digits.py', '--out', args.data, '--skip-existing'],
+        osp.join(demo.work, 'data.log'))
+    demo.baseline()
+    demo.method('dcs')
+    demo.method('kcr')
+    demo.table()
+    print(f'\ndemo finished in {(time.time() - t0) / 60:.1f} min; work dirs under {args.work_dir}')
 
 
 if __name__ == '__main__':
