@@ -59,10 +59,15 @@ if [[ -d "$VENV" ]]; then
     rm -rf "$VENV"
 fi
 
+# pip, without the machine-level warnings about find-links folders that do not exist here
+pip_quiet() {
+    "$PY" -m pip "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2)
+}
+
 step "create the virtualenv at $VENV"
 "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip install --disable-pip-version-check --quiet --no-warn-script-location)
+PIP=(pip_quiet install --disable-pip-version-check --quiet --no-warn-script-location)
 
 step "install build tools"
 "${PIP[@]}" --upgrade pip
@@ -88,7 +93,7 @@ if ! ls "$WHEEL_DIR"/mmcv-*.whl >/dev/null 2>&1; then
     BUILD=$(mktemp -d)
     # --no-build-isolation: preparing the sdist's metadata runs its setup.py, which imports
     # pkg_resources (gone from the setuptools an isolated build env would get)
-    "$PY" -m pip download --disable-pip-version-check --quiet --no-deps --no-binary :all: \
+    pip_quiet download --disable-pip-version-check --quiet --no-deps --no-binary :all: \
         --no-build-isolation "mmcv==${MMCV_VERSION}" -d "$BUILD"
     tar -xzf "$BUILD"/mmcv-${MMCV_VERSION}.tar.gz -C "$BUILD"
     SRC="$BUILD/mmcv-${MMCV_VERSION}"
