@@ -4,7 +4,7 @@
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
 _base_ = './cascade-mask-rcnn_swin-b_fpn_ms-3x_coco.py'
 
-subnet = 'work_dirs/search/kcr-swin-b/subnet.json'
-pretrained = 'work_dirs/retrain/kcr-swin-b/best.pth'
+subnet = 'work_dirs/kcr-swin-b_search_in100/subnet.json'
+pretrained = 'work_dirs/kcr-swin-b_retrain_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(variant='kcr', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

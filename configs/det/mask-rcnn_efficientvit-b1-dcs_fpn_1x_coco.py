@@ -4,7 +4,7 @@
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
 _base_ = './mask-rcnn_efficientvit-b1_fpn_1x_coco.py'
 
-subnet = 'work_dirs/search/dcs-efficientvit-b1/subnet.json'
-pretrained = 'work_dirs/retrain/dcs-efficientvit-b1/best.pth'
+subnet = 'work_dirs/dcs-efficientvit-b1_search_in100/subnet.json'
+pretrained = 'work_dirs/dcs-efficientvit-b1_retrain_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(variant='dcs', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

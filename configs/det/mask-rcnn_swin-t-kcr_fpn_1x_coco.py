@@ -5,7 +5,7 @@
 # (the variables below are read when the file is parsed; overriding them alone changes nothing).
 _base_ = './mask-rcnn_swin-t_fpn_1x_coco.py'
 
-subnet = 'work_dirs/search/kcr-swin-t/subnet.json'
-pretrained = 'work_dirs/retrain/kcr-swin-t/best.pth'
+subnet = 'work_dirs/kcr-swin-t_search_in100/subnet.json'
+pretrained = 'work_dirs/kcr-swin-t_retrain_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(variant='kcr', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

@@ -3,7 +3,7 @@
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
 _base_ = './ssdlite_mobilevit-s_200e_coco.py'
 
-subnet = 'work_dirs/search/dcs-mobilevit-s/subnet.json'
-pretrained = 'work_dirs/retrain/dcs-mobilevit-s/best.pth'
+subnet = 'work_dirs/dcs-mobilevit-s_search_in100/subnet.json'
+pretrained = 'work_dirs/dcs-mobilevit-s_retrain_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(variant='dcs', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

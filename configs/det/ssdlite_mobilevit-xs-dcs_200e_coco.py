@@ -7,7 +7,7 @@
 # The neck reads the stage outputs, whose channels pruning leaves unchanged.
 _base_ = './ssdlite_mobilevit-xs_200e_coco.py'
 
-subnet = 'work_dirs/search/dcs-mobilevit-xs/subnet.json'
-pretrained = 'work_dirs/retrain/dcs-mobilevit-xs/best.pth'
+subnet = 'work_dirs/dcs-mobilevit-xs_search_in100/subnet.json'
+pretrained = 'work_dirs/dcs-mobilevit-xs_retrain_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(variant='dcs', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

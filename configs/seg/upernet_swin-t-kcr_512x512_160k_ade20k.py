@@ -5,7 +5,7 @@
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
 _base_ = './upernet_swin-t_512x512_160k_ade20k.py'
 
-subnet = 'work_dirs/search/kcr-swin-t/subnet.json'
-pretrained = 'work_dirs/retrain/kcr-swin-t/best.pth'
+subnet = 'work_dirs/kcr-swin-t_search_in100/subnet.json'
+pretrained = 'work_dirs/kcr-swin-t_retrain_in1k/epoch_300.pth'
 
 model = dict(backbone=dict(variant='kcr', subnet=subnet, init_cfg=dict(checkpoint=pretrained)))

@@ -85,6 +85,9 @@ def with_subnet(model_cfg, subnet):
     b['subnet'] = subnet if isinstance(subnet, str) else spec.to_dict()
     b['variant'] = spec.variant
     b.pop('init_cfg', None)  # the supernet's pretrained weights do not fit the subnet
+    # the search objective needs architecture parameters; a subnet has none
+    if isinstance(cfg, dict) and 'cost' in cfg:
+        cfg.pop('cost')
     return cfg
 
 
@@ -220,21 +223,43 @@ def complexity_lines(rows: Sequence[Tuple[str, int, int]], shape: Sequence[int])
     return '\n'.join(lines)
 
 
+def retrain_config_for(config: str) -> Optional[str]:
+    """The retraining config that goes with a search config, if it exists
+    (``*_search_in100.py`` → ``*_retrain_in1k.py``, ``*_search_digits.py`` →
+    ``*_retrain_digits.py``)."""
+    for a, b in (('_search_in100', '_retrain_in1k'), ('_search_digits', '_retrain_digits')):
+        if a in config and osp.isfile(config.replace(a, b)):
+            return config.replace(a, b)
+    return None
+
+
 def usage_lines(config: str, out_dir: str, variant: str, prefix: str = 'backbone.') -> List[str]:
     """How to use an exported subnet from a config (printed by the export tool)."""
     subnet = osp.join(out_dir, 'subnet.json')
     ckpt = osp.join(out_dir, 'pruned.pth')
-    base = f'model.backbone.subnet={subnet} model.backbone.variant={variant}'
-    return [
+    retrain = retrain_config_for(config)
+    base = f'model.backbone.subnet={subnet}'
+    # the search config itself, without its search objective, evaluates the pruned checkpoint
+    evaluate = f'{base} model.backbone.variant={variant} model.cost=None'
+    lines = [
         'Build the pruned network in any config (classification, detection, segmentation):',
-        f'  model.backbone.subnet={subnet}   (with variant={variant!r}, or no variant)',
-        'Retrain it from scratch (the papers):',
-        f'  python tools/train.py {config} --cfg-options {base}',
-        'Fine-tune it from the supernet weights (whole model):',
-        f'  python tools/train.py {config} --cfg-options {base} load_from={ckpt}',
-        'or its backbone only (e.g. in a detection or segmentation config), in model.backbone:',
+        f'  model.backbone.subnet={subnet}   (the variant, {variant!r}, is read from it)',
+    ]
+    if retrain:
+        lines += [
+            'Retrain it from scratch (the papers):',
+            f'  python tools/train.py {retrain} --cfg-options {base}',
+            'or fine-tune it from the supernet weights:',
+            f'  python tools/train.py {retrain} --cfg-options {base} load_from={ckpt}',
+        ]
+    else:
+        lines += ['Retrain it with a retraining config (configs/dcs|kcr/*_retrain_in1k.py) and',
+                  f'  --cfg-options {base} [load_from={ckpt} to fine-tune instead]']
+    lines += [
+        'Its backbone alone (e.g. in a detection or segmentation config), in model.backbone:',
         f"  subnet='{subnet}', init_cfg=dict(type='Pretrained', checkpoint='{ckpt}', "
         f"prefix='{prefix}')",
         'Evaluate the pruned checkpoint:',
-        f'  python tools/test.py {config} {ckpt} --cfg-options {base}',
+        f'  python tools/test.py {config} {ckpt} --cfg-options {evaluate}',
     ]
+    return lines

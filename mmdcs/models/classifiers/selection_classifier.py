@@ -113,10 +113,14 @@ class ChannelSelectionClassifier(ImageClassifier):
         return dict(type=kind, eta=eta, t_warm=t_warm), state
 
     def _feature_dim(self) -> int:
-        """Width of the pre-logit features X̃ (the head's input)."""
-        for name in ('in_channels', 'mid_channels'):
-            if isinstance(getattr(self.head, name, None), int):
-                return getattr(self.head, name)
+        """Width of the pre-logit features X̃ (what ``head.pre_logits`` returns): the head's
+        hidden width if it has one (``hidden_dim``, ``mid_channels``), else its input width."""
+        for name in ('hidden_dim', 'mid_channels', 'in_channels'):
+            value = getattr(self.head, name, None)
+            if isinstance(value, (list, tuple)) and value:
+                value = value[-1]
+            if isinstance(value, int):
+                return value
         raise ValueError(f'cannot tell the feature width of head {type(self.head).__name__}')
 
     # --------------------------------------------------------------------- parameters
