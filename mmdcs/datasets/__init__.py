@@ -9,3 +9,6 @@ names and palette are ``mmdcs.datasets.digits.DIGIT_CLASSES``,
 from .digits import build_all, build_classification, build_scenes
 
 __all__ = ['build_all', 'build_classification', 'build_scenes']
+from .imagenet_subset import build_imagenet_subset  # noqa: E402  (ImageNet class subset)
+
+__all__ += ['build_imagenet_subset']
