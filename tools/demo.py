@@ -5,7 +5,10 @@
   3. DCS: search a DCS-MobileViT-XS supernet (alternating weight/α steps, cost term, τ decay),
      export the subnet, retrain it with the IB bound (EMA weights), evaluate;
   4. KCR: the same with a KCR supernet and the KCR loss;
-  5. print a table: params, FLOPs, val top-1, and the IB / kernel-complexity reports.
+  5. downstream: fine-tune an SSDLite detector and a Semantic-FPN segmenter on the digit scenes
+     with the DCS subnet as backbone (built from the exported file, initialised from the
+     retrained classifier), and report their COCO mAP (mmdet's CocoMetric) and mIoU;
+  6. print the tables: params, FLOPs, val top-1, the IB / kernel-complexity reports; mAP, mIoU.
 
 Every step is an ordinary command of this repository (printed as it runs), with its log under
 --work-dir. Run it with `make demo`, which sets up the environment first.
@@ -61,6 +64,7 @@ class Demo:
         os.makedirs(self.work, exist_ok=True)
         self.cls_root = osp.join(args.data, 'cls')
         self.rows = []
+        self.downstream_rows = []
 
     def data_opts(self, epochs):
         root = self.cls_root
@@ -130,12 +134,50 @@ class Demo:
         self.rows.append((f'{name}-MobileViT-XS ({kept}/{total} channels)', params, flops, top1,
                           report))
 
+    def downstream(self):
+        print('== 5. downstream: detection and segmentation with the DCS subnet backbone',
+              flush=True)
+        subnet = osp.join(self.work, 'dcs_subnet', 'subnet.json')
+        pretrained = last_checkpoint(osp.join(self.work, 'dcs_retrain'))
+        scenes = osp.join(self.args.data, 'scenes')
+        common = [f'model.backbone.subnet={subnet}',
+                  f'model.backbone.init_cfg.checkpoint={pretrained}'] + [
+            f'{split}_dataloader.dataset.data_root={scenes}'
+            for split in ('train', 'val', 'test')]
+        ann = osp.join(scenes, 'annotations', 'instances_val.json')
+        tasks = (
+            ('det', 'configs/demo/ssdlite_dcs-mobilevit-xs_digits-scenes.py',
+             [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'],
+             'coco/bbox_mAP', 'SSDLite, bbox mAP'),
+            ('seg', 'configs/demo/fcn_dcs-mobilevit-xs_digits-scenes.py', [], 'mIoU',
+             'Semantic-FPN, mIoU'),
+        )
+        for name, cfg, extra, key, label in tasks:
+            work_dir = osp.join(self.work, name)
+            opts = common + extra
+            run([self.py, 'tools/train.py', cfg, '--work-dir', work_dir, '--cfg-options'] + opts,
+                osp.join(self.work, f'{name}_train.log'))
+            metrics_path = osp.join(work_dir, 'test_metrics.json')
+            run([self.py, 'tools/test.py', cfg, last_checkpoint(work_dir), '--work-dir',
+                 work_dir, '--metrics-out', metrics_path, '--cfg-options'] + opts,
+                osp.join(self.work, f'{name}_test.log'))
+            with open(metrics_path) as f:
+                metrics = json.load(f)
+            self.downstream_rows.append((label, key, metrics[key], metrics))
+
     def table(self):
         print('\n== results (digits val set, 64×64; FLOPs counted by mmengine.analysis)')
         print('| model | params (M) | FLOPs (M) | val top-1 (%) | IB / KC (last epoch) |')
         print('|---|---|---|---|---|')
         for name, params, flops, top1, report in self.rows:
             print(f'| {name} | {params:.3f} | {flops:.1f} | {top1:.2f} | {report} |')
+        if self.downstream_rows:
+            print('\n| downstream (digit scenes, 128×128, DCS-MobileViT-XS subnet backbone) '
+                  '| metric | value |')
+            print('|---|---|---|')
+            for label, key, value, _ in self.downstream_rows:
+                shown = f'{value:.3f}' if key.startswith('coco/') else f'{value:.2f}'
+                print(f'| {label} | {key} | {shown} |')
 
 
 def main():
@@ -153,6 +195,7 @@ def main():
     demo.baseline()
     demo.method('dcs')
     demo.method('kcr')
+    demo.downstream()
     demo.table()
     print(f'\ndemo finished in {(time.time() - t0) / 60:.1f} min; work dirs under {args.work_dir}')
 
