@@ -51,6 +51,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
 from mmdcs.registry import MODELS
@@ -71,24 +72,6 @@ def make_divisible(v: float, divisor: int = 8, round_limit: float = .9) -> int:
     if new_v < round_limit * v:
         new_v += divisor
     return new_v
-
-
-class DropPath(nn.Module):
-    """Stochastic depth per sample (identity at eval or with p = 0)."""
-
-    def __init__(self, p: float = 0.):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.p == 0. or not self.training:
-            return x
-        keep = 1 - self.p
-        mask = x.new_empty((x.shape[0], ) + (1, ) * (x.ndim - 1)).bernoulli_(keep)
-        return x * mask / keep
-
-    def extra_repr(self) -> str:
-        return f'p={self.p}'
 
 
 # ---------------------------------------------------------------------------------- layers

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
 from mmdcs.registry import MODELS
@@ -74,24 +75,6 @@ def resample_pos_embed(pos_embed: Tensor, src_hw: Sequence[int], dst_hw: Sequenc
                          align_corners=False if mode in ('bilinear', 'bicubic') else None)
     grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim).to(pos_embed.dtype)
     return torch.cat([prefix, grid], dim=1)
-
-
-class DropPath(nn.Module):
-    """Stochastic depth per sample (identity at eval or with p = 0)."""
-
-    def __init__(self, drop_prob: float = 0.):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.drop_prob == 0. or not self.training:
-            return x
-        keep = 1 - self.drop_prob
-        mask = x.new_empty((x.shape[0], ) + (1, ) * (x.ndim - 1)).bernoulli_(keep)
-        return x * mask / keep
-
-    def extra_repr(self) -> str:
-        return f'drop_prob={self.drop_prob:.3f}'
 
 
 class PatchEmbed(nn.Module):
