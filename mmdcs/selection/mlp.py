@@ -99,9 +99,12 @@ class PrunedMLP(nn.Module):
         return self.keep.numel()
 
     def forward(self, x: Tensor) -> Tensor:
-        y = x.index_select(-1, self.keep)
+        # gather/scatter on a 2-D view: several times faster on the CPU than on the last dim
+        # of a 3-D/4-D tensor (tools/analysis/latency.py --profile)
+        x2 = x.reshape(-1, x.shape[-1])
+        y = x2.index_select(1, self.keep)
         y = self.drop2(self.fc2(self.drop1(self.act(self.fc1(y)))))
-        return x.new_zeros(x.shape).index_copy(-1, self.keep, y)
+        return x2.new_zeros(x2.shape).index_add_(1, self.keep, y).view(x.shape)
 
     def extra_repr(self) -> str:
         return f'in_features={self.in_features}, kept={self.kept}'
