@@ -1,0 +1,387 @@
+"""Latency of a pruned subnet against its baseline, measured in the same run, beside the FLOPs
+ratio (``mmengine.analysis``, :func:`~mmdcs.analysis.complexity.count_flops`).
+
+How the time is taken (:func:`time_models`):
+
+* eval mode, ``torch.inference_mode()``, a fixed number of intra-op threads
+  (``torch.set_num_threads``; restored afterwards);
+* the same input tensor for both models; ``warmup`` untimed calls of each first;
+* ``repeats`` timed rounds; **interleaved** (baseline, subnet, baseline, subnet, ...) so that a
+  load change on a shared machine hits both models alike; each round times ``number``
+  consecutive calls; the result is the **median** round, in ms per image (÷ batch size);
+* on CUDA, ``torch.cuda.synchronize()`` before starting and before stopping each clock.
+
+The ratio ``latency(subnet) / latency(baseline)`` is compared with
+``FLOPs(subnet) / FLOPs(baseline)`` (the same input size, batch 1): ``within`` says whether they
+differ by at most ``tolerance`` (0.05). :func:`profile_ops` gives the per-operator CPU time
+breakdown (``torch.profiler``) to find where they part.
+
+* :func:`latency_pair` — one arch: baseline and the subnet (random at a kept ratio with the
+  paper's variant, or a given subnet), every batch size and device.
+* :func:`latency_table` / :func:`format_latency_table` — several archs.
+"""
+import contextlib
+import os
+import statistics
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+from .complexity import (PAPER_VARIANT, TABLE_MODELS, backbone_class, build_backbone,
+                         count_flops, default_input_size, random_subnet)
+from mmdcs.selection import SubnetSpec
+
+Size = Tuple[int, int]
+
+#: the default models of the table (METHOD §9)
+LATENCY_MODELS = TABLE_MODELS
+#: |latency ratio − FLOPs ratio| allowed
+DEFAULT_TOLERANCE = 0.05
+
+
+@contextlib.contextmanager
+def num_threads(n: Optional[int]):
+    """Set ``torch.set_num_threads(n)`` inside the block (None: leave it), restore after."""
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise ValueError(f'threads must be >= 1, got {n}')
+    old = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def _forward_fn(model: nn.Module) -> Callable:
+    takes_mode = False
+    try:
+        import inspect
+        takes_mode = 'mode' in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        pass
+    if takes_mode:  # an mmengine model: 'tensor' mode (no data samples, no post-processing)
+        return lambda x: model(x, mode='tensor')
+    return model
+
+
+@torch.inference_mode()
+def time_models(models: Dict[str, nn.Module], inputs: torch.Tensor, warmup: int = 3,
+                repeats: int = 10, number: int = 1, threads: Optional[int] = None
+                ) -> Dict[str, dict]:
+    """Time several models on the same input, interleaved round by round.
+
+    Args:
+        models: name → module (moved to ``inputs.device`` and set to eval here).
+        inputs: the input batch (its device is where the models run).
+        warmup: untimed calls of each model first (≥ 0).
+        repeats: timed rounds (≥ 1); each round times ``number`` calls of each model.
+        number: calls per round.
+        threads: ``torch.set_num_threads`` for the measurement (None: unchanged).
+
+    Returns:
+        name → dict(median_ms, min_ms, mean_ms, stdev_ms (per batch), ms_per_image (median
+        per image), rounds (list of per-batch ms), batch, device, threads).
+    """
+    if repeats < 1 or number < 1 or warmup < 0:
+        raise ValueError(f'need repeats >= 1, number >= 1, warmup >= 0; got {repeats}, '
+                         f'{number}, {warmup}')
+    device = inputs.device
+    fns = {}
+    for name, m in models.items():
+        m.to(device).eval()
+        fns[name] = _forward_fn(m)
+    times: Dict[str, List[float]] = {n: [] for n in models}
+    with num_threads(threads):
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn(inputs)
+        _sync(device)
+        for r in range(repeats):
+            # alternate the order too, so neither model always runs right after the other
+            order = list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]
+            for name, fn in order:
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(number):
+                    fn(inputs)
+                _sync(device)
+                times[name].append((time.perf_counter() - t0) * 1e3 / number)
+        used_threads = torch.get_num_threads()
+    batch = int(inputs.shape[0])
+    out = {}
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        out[name] = dict(median_ms=med, min_ms=min(ts), mean_ms=statistics.fmean(ts),
+                         stdev_ms=statistics.stdev(ts) if len(ts) > 1 else 0.,
+                         ms_per_image=med / batch, rounds=ts, batch=batch,
+                         device=str(device), threads=used_threads)
+    return out
+
+
+def profile_ops(models: Union[nn.Module, Dict[str, nn.Module]], inputs: torch.Tensor,
+                repeats: int = 3, top: int = 12, threads: Optional[int] = None,
+                rounds: int = 3) -> Union[List[dict], Dict[str, List[dict]]]:
+    """Per-operator CPU self time of ``model(inputs)`` (``torch.profiler``, eval, inference
+    mode), per forward pass.
+
+    ``models`` may be one module or name → module: several models are profiled **interleaved**,
+    ``rounds`` sessions each of ``repeats`` calls (after one warm-up call), and each operator's
+    time is the median over the rounds, so that a load change on a shared machine does not hit
+    one model only.
+
+    Returns (per model) the ``top`` operators by self CPU time (``top=None``: all) as dicts:
+    op, calls (per forward), self_ms (per forward), share (of the model's total self time);
+    the list has a ``total_ms`` entry last (op ``'[total]'``).
+    """
+    from torch.profiler import ProfilerActivity, profile
+    single = isinstance(models, nn.Module)
+    named = {'model': models} if single else dict(models)
+    fns = {}
+    for name, m in named.items():
+        m.eval()
+        fns[name] = _forward_fn(m)
+    per_round: Dict[str, List[Dict[str, Tuple[float, float]]]] = {n: [] for n in named}
+    with num_threads(threads), torch.inference_mode():
+        for fn in fns.values():
+            fn(inputs)
+        for r in range(max(1, rounds)):
+            order = list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]
+            for name, fn in order:
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    for _ in range(repeats):
+                        fn(inputs)
+                per_round[name].append({
+                    e.key: (e.count / repeats, e.self_cpu_time_total / 1e3 / repeats)
+                    for e in prof.key_averages()})
+    out = {}
+    for name, rounds_ in per_round.items():
+        ops = set().union(*rounds_)
+        rows = []
+        for op in ops:
+            vals = [rd.get(op, (0., 0.)) for rd in rounds_]
+            rows.append(dict(op=op, calls=statistics.median(v[0] for v in vals),
+                             self_ms=statistics.median(v[1] for v in vals)))
+        total = sum(r['self_ms'] for r in rows) or 1.
+        for r in rows:
+            r['share'] = r['self_ms'] / total
+        rows.sort(key=lambda r: -r['self_ms'])
+        rows = rows[:top] if top else rows
+        rows.append(dict(op='[total]', calls=0., self_ms=total, share=1.))
+        out[name] = rows
+    return out['model'] if single else out
+
+
+#: operator groups of :func:`op_groups` (substring match on the aten op name, first match wins)
+OP_GROUPS = (
+    ('gather/scatter', ('index_select', 'index_copy', 'index_add', 'new_zeros', 'zero_',
+                        'fill_', 'gather', 'scatter', 'index')),
+    ('attention', ('scaled_dot_product', 'flash_attention', 'softmax', 'bmm', 'baddbmm')),
+    ('GEMM/conv', ('addmm', 'aten::mm', 'matmul', 'convolution', 'conv2d', 'linear')),
+    ('norm', ('layer_norm', 'batch_norm')),
+    ('activation', ('gelu', 'silu', 'relu', 'hardswish', 'sigmoid')),
+    ('copy/layout', ('copy_', 'contiguous', 'clone', 'cat', 'pad', 'roll', 'reshape', 'view',
+                     'permute', 'transpose', 'as_strided', 'empty', 'expand', 'unfold')),
+)
+
+
+def op_groups(rows: Sequence[dict]) -> Dict[str, float]:
+    """Self ms per forward of :func:`profile_ops` rows (``top=None``) summed by
+    :data:`OP_GROUPS` (+ 'other' and 'total')."""
+    out = {name: 0. for name, _ in OP_GROUPS}
+    out['other'] = 0.
+    total = 0.
+    for r in rows:
+        if r['op'] == '[total]':
+            continue
+        total += r['self_ms']
+        for name, keys in OP_GROUPS:
+            if any(k in r['op'] for k in keys):
+                out[name] += r['self_ms']
+                break
+        else:
+            out['other'] += r['self_ms']
+    out['total'] = total
+    return out
+
+
+def format_op_groups(groups: Dict[str, Dict[str, float]]) -> str:
+    """Markdown table: op group × model (ms per forward) and subnet/baseline ratios."""
+    names = list(groups)
+    keys = list(next(iter(groups.values())))
+    head = '| op group | ' + ' | '.join(f'{n} ms' for n in names) + ' |'
+    if len(names) == 2:
+        head += f' {names[1]}/{names[0]} |'
+    lines = [head, '|' + '---|' * (head.count('|') - 1)]
+    for k in keys:
+        vals = [groups[n][k] for n in names]
+        line = f'| {k} | ' + ' | '.join(f'{v:.2f}' for v in vals) + ' |'
+        if len(names) == 2:
+            line += f' {vals[1] / vals[0]:.3f} |' if vals[0] > 0 else ' — |'
+        lines.append(line)
+    return '\n'.join(lines)
+
+
+def format_profile(rows: Sequence[dict], title: str = '') -> str:
+    lines = [title] if title else []
+    lines.append(f'{"op":<40} {"calls":>7} {"self ms":>9} {"share":>7}')
+    for r in rows:
+        calls = '' if r['op'] == '[total]' else f'{r["calls"]:.0f}'
+        lines.append(f'{r["op"][:40]:<40} {calls:>7} {r["self_ms"]:>9.3f} '
+                     f'{r["share"]:>6.1%}')
+    return '\n'.join(lines)
+
+
+def _size(size: Union[None, int, Sequence[int]], arch: str) -> Size:
+    if size is None:
+        return default_input_size(backbone_class(arch))
+    if isinstance(size, int):
+        return (size, size)
+    return (int(size[0]), int(size[-1]))
+
+
+def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
+               subnet: Union[None, str, dict, SubnetSpec] = None,
+               input_size: Union[None, int, Sequence[int]] = None, seed: int = 0
+               ) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
+    """(baseline backbone, pruned subnet backbone, its spec), eval mode, random weights.
+
+    The subnet is ``subnet`` if given (its arch must be ``arch``), else a seeded random subnet
+    keeping ``ratio`` of every prunable block with ``variant`` (default: the paper's variant of
+    the family, :data:`~mmdcs.analysis.complexity.PAPER_VARIANT`). Weights are random (timing
+    does not depend on them); both are built at ``input_size`` (ViT: position-embedding grid).
+    """
+    cls = backbone_class(arch)
+    size = _size(input_size, arch)
+    if subnet is not None:
+        spec = SubnetSpec.coerce(subnet)
+        if spec.arch != arch:
+            raise ValueError(f'the subnet is for {spec.arch!r}, not {arch!r}')
+    else:
+        if not 0 < ratio <= 1:
+            raise ValueError(f'ratio must be in (0, 1], got {ratio}')
+        variant = variant or PAPER_VARIANT[cls.family]
+        kwargs = {}
+        import inspect
+        if 'img_size' in inspect.signature(cls.__init__).parameters:
+            kwargs['img_size'] = size[0] if size[0] == size[1] else size
+        spec = random_subnet(cls, arch, variant, ratio, seed, **kwargs)
+    torch.manual_seed(seed)
+    base = build_backbone(arch, 'baseline', None, size)
+    sub = build_backbone(arch, spec.variant, spec, size)
+    return base.eval(), sub.eval(), spec
+
+
+def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
+                 subnet: Union[None, str, dict, SubnetSpec] = None,
+                 input_size: Union[None, int, Sequence[int]] = None,
+                 batch_sizes: Sequence[int] = (1, 16), devices: Sequence[str] = ('cpu', 'cuda'),
+                 threads: Optional[int] = 1, warmup: int = 3, repeats: int = 10,
+                 number: int = 1, tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
+                 models: Optional[Tuple[nn.Module, nn.Module]] = None) -> List[dict]:
+    """Baseline vs subnet latency of one arch, every batch size and available device.
+
+    Args:
+        arch: e.g. ``'vit-s16'``.
+        ratio, variant, subnet, input_size, seed: see :func:`build_pair`.
+        batch_sizes: batches to time (e.g. 1 and 16).
+        devices: ``'cpu'`` and/or ``'cuda'`` (skipped when CUDA is not available).
+        threads: CPU intra-op threads (``torch.set_num_threads``) during the CPU timing.
+        warmup, repeats, number: see :func:`time_models`.
+        tolerance: allowed |latency ratio − FLOPs ratio|.
+        models: (baseline, subnet) already built (then ratio/variant/subnet only label the row).
+
+    Returns:
+        one dict per (device, batch): model, variant, kept_ratio, input, device, batch, threads,
+        base_ms / sub_ms (median ms per image), base_stdev_ms / sub_stdev_ms (per batch),
+        latency_ratio (of the medians), base_min_ms / sub_min_ms / latency_ratio_min (of the
+        fastest rounds, a check under machine load), base_gflops / sub_gflops (per image),
+        flops_ratio, gap (latency ratio − FLOPs ratio), within (|gap| ≤ tolerance), tolerance,
+        repeats, warmup.
+    """
+    size = _size(input_size, arch)
+    if models is None:
+        base, sub, spec = build_pair(arch, ratio, variant, subnet, size, seed)
+        kept, var = spec.kept_ratio, spec.variant
+    else:
+        base, sub = models
+        kept = getattr(getattr(sub, 'subnet_spec', None), 'kept_ratio', ratio)
+        var = getattr(sub, 'variant', variant or '?')
+    base_flops = count_flops(base, size)
+    sub_flops = count_flops(sub, size)
+    flops_ratio = sub_flops / base_flops
+    rows = []
+    for dev in devices:
+        if dev == 'cuda' and not torch.cuda.is_available():
+            continue
+        device = torch.device(dev)
+        for b in batch_sizes:
+            g = torch.Generator().manual_seed(seed)
+            x = torch.randn((int(b), 3) + tuple(size), generator=g).to(device)
+            t = time_models({'baseline': base, 'subnet': sub}, x, warmup, repeats, number,
+                            threads if device.type == 'cpu' else None)
+            lat_ratio = t['subnet']['median_ms'] / t['baseline']['median_ms']
+            lat_ratio_min = t['subnet']['min_ms'] / t['baseline']['min_ms']
+            gap = lat_ratio - flops_ratio
+            rows.append(dict(
+                model=arch, variant=var, kept_ratio=kept, input=f'{size[0]}x{size[1]}',
+                device=dev, batch=int(b), threads=t['baseline']['threads'],
+                base_ms=t['baseline']['ms_per_image'], sub_ms=t['subnet']['ms_per_image'],
+                base_stdev_ms=t['baseline']['stdev_ms'], sub_stdev_ms=t['subnet']['stdev_ms'],
+                latency_ratio=lat_ratio, latency_ratio_min=lat_ratio_min,
+                base_min_ms=t['baseline']['min_ms'] / b, sub_min_ms=t['subnet']['min_ms'] / b,
+                base_gflops=base_flops / 1e9,
+                sub_gflops=sub_flops / 1e9, flops_ratio=flops_ratio, gap=gap,
+                within=abs(gap) <= tolerance, tolerance=tolerance,
+                repeats=repeats, warmup=warmup))
+        if device.type == 'cuda':
+            base.to('cpu')
+            sub.to('cpu')
+    return rows
+
+
+def latency_table(models: Iterable[str] = LATENCY_MODELS, ratio: float = 0.7,
+                  input_sizes: Union[None, int, Dict[str, int]] = None,
+                  variants: Optional[Dict[str, str]] = None, **kwargs) -> List[dict]:
+    """:func:`latency_pair` rows of several archs (``input_sizes``: None = nominal, one size,
+    or arch → size; ``variants``: family → variant; other arguments as latency_pair)."""
+    variants = dict(PAPER_VARIANT, **(variants or {}))
+    rows = []
+    for arch in models:
+        family = backbone_class(arch).family
+        size = input_sizes.get(arch) if isinstance(input_sizes, dict) else input_sizes
+        rows += latency_pair(arch, ratio, variants[family], input_size=size, **kwargs)
+    return rows
+
+
+def format_latency_table(rows: Sequence[dict]) -> str:
+    """Markdown table of :func:`latency_pair` rows."""
+    head = ('| model | variant | kept | input | device | batch | threads | baseline ms/img | '
+            'subnet ms/img | latency ratio | (of min) | FLOPs ratio | gap | within ±tol |')
+    lines = [head, '|' + '---|' * 14]
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["variant"]} | {r["kept_ratio"]:.2f} | {r["input"]} | '
+            f'{r["device"]} | {r["batch"]} | {r["threads"]} | {r["base_ms"]:.2f} | '
+            f'{r["sub_ms"]:.2f} | {r["latency_ratio"]:.3f} | '
+            f'{r.get("latency_ratio_min", float("nan")):.3f} | {r["flops_ratio"]:.3f} | '
+            f'{r["gap"]:+.3f} | {"yes" if r["within"] else "NO"} (±{r["tolerance"]:.2f}) |')
+    return '\n'.join(lines)
+
+
+def environment_note() -> str:
+    """Torch version, threads and CPU count (printed under a table)."""
+    cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'
+    return (f'torch {torch.__version__}, {os.cpu_count()} CPUs visible, CUDA: {cuda}; '
+            'ms/img and latency ratio: median of interleaved rounds after warm-up ("of min": '
+            'ratio of the fastest rounds); FLOPs = multiply-accumulates '
+            '(mmengine.analysis, attention products included), batch 1.')

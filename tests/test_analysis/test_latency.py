@@ -1,0 +1,119 @@
+"""mmdcs.analysis.latency and tools/analysis/latency.py: baseline vs subnet timing beside the
+FLOPs ratio (a tiny DeiT at 32 px, 1 warm-up + 2 timed rounds, to stay fast)."""
+import importlib.util
+import json
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mmdcs.analysis.complexity import random_subnet
+from mmdcs.analysis.latency import (build_pair, format_latency_table, format_op_groups,
+                                    latency_pair, num_threads, op_groups, profile_ops,
+                                    time_models)
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def _tool():
+    path = osp.join(ROOT, 'tools', 'analysis', 'latency.py')
+    spec = importlib.util.spec_from_file_location('mmdcs_tool_latency', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def tiny_pair():
+    torch.manual_seed(0)
+    return build_pair('deit-tiny', 0.5, 'kcr', input_size=32, seed=0)
+
+
+def test_latency_pair_times_and_ratios(tiny_pair):
+    base, sub, spec = tiny_pair
+    assert spec.variant == 'kcr' and abs(spec.kept_ratio - 0.5) < 1e-9
+    rows = latency_pair('deit-tiny', 0.5, input_size=32, batch_sizes=(1, 2), devices=('cpu', ),
+                        threads=1, warmup=1, repeats=2, models=(base, sub))
+    assert [r['batch'] for r in rows] == [1, 2]
+    for r in rows:
+        assert r['base_ms'] > 0 and r['sub_ms'] > 0
+        assert r['latency_ratio'] > 0 and r['latency_ratio_min'] > 0
+        assert 0 < r['flops_ratio'] < 1  # KCR prunes the MLPs: fewer FLOPs
+        assert r['within'] == (abs(r['latency_ratio'] - r['flops_ratio']) <= r['tolerance'])
+        assert r['threads'] == 1 and r['device'] == 'cpu'
+    table = format_latency_table(rows)
+    assert 'deit-tiny' in table and 'FLOPs ratio' in table
+
+
+def test_time_models_interleaves_and_restores_threads():
+    calls = []
+
+    class Probe(torch.nn.Module):
+
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, x):
+            calls.append(self.name)
+            return x
+
+    before = torch.get_num_threads()
+    out = time_models({'a': Probe('a'), 'b': Probe('b')}, torch.zeros(4, 3), warmup=1,
+                      repeats=3, threads=1)
+    assert torch.get_num_threads() == before
+    # warm-up a b, then rounds a b / b a / a b
+    assert calls == ['a', 'b', 'a', 'b', 'b', 'a', 'a', 'b']
+    assert out['a']['batch'] == 4 and len(out['a']['rounds']) == 3
+    assert out['a']['ms_per_image'] == pytest.approx(out['a']['median_ms'] / 4)
+    with pytest.raises(ValueError):
+        time_models({'a': Probe('a')}, torch.zeros(1), repeats=0)
+    with pytest.raises(ValueError):
+        with num_threads(0):
+            pass
+
+
+def test_profile_ops_groups(tiny_pair):
+    base, sub, _ = tiny_pair
+    x = torch.randn(1, 3, 32, 32)
+    prof = profile_ops({'baseline': base, 'subnet': sub}, x, repeats=1, top=None, threads=1,
+                       rounds=1)
+    assert set(prof) == {'baseline', 'subnet'}
+    sub_ops = {r['op'] for r in prof['subnet']}
+    assert 'aten::index_select' in sub_ops  # the pruned MLP gathers its kept channels
+    groups = {k: op_groups(v) for k, v in prof.items()}
+    for g in groups.values():
+        assert g['total'] > 0 and g['GEMM/conv'] > 0
+        assert sum(v for k, v in g.items() if k != 'total') == pytest.approx(g['total'])
+    assert groups['subnet']['gather/scatter'] > groups['baseline']['gather/scatter']
+    assert 'gather/scatter' in format_op_groups(groups)
+
+
+def test_cli_help_and_subnet_file(tmp_path, capsys):
+    tool = _tool()
+    with pytest.raises(SystemExit) as e:
+        tool.main(['--help'])
+    assert e.value.code == 0
+    assert '--ratio' in capsys.readouterr().out
+    spec = random_subnet('vit', 'deit-tiny', 'kcr', 0.5, seed=0, img_size=32)
+    path = str(tmp_path / 'subnet.json')
+    spec.save(path)
+    out_json = str(tmp_path / 'rows.json')
+    proc = subprocess.run(
+        [sys.executable, 'tools/analysis/latency.py', '--subnet', path, '--size', '32',
+         '--batch-sizes', '1', '--warmup', '1', '--repeats', '2', '--devices', 'cpu',
+         '--json', out_json], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'latency ratio' in proc.stdout and 'FLOPs ratio' in proc.stdout
+    rows = json.load(open(out_json))['rows']
+    assert len(rows) == 1 and rows[0]['model'] == 'deit-tiny' and rows[0]['flops_ratio'] < 1
+
+
+def test_cli_bad_input(capsys):
+    tool = _tool()
+    with pytest.raises(SystemExit) as e:
+        tool.main(['--models', 'no-such-arch', '--repeats', '1'])
+    assert e.value.code == 2
+    assert 'unknown arch' in capsys.readouterr().err

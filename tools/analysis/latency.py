@@ -1,0 +1,222 @@
+"""Latency of pruned subnets against their baselines, measured in the same run, beside the
+FLOPs ratio (mmengine.analysis multiply-accumulates).
+
+Random subnets of each paper's variant (KCR for ViT/Swin, DCS for MobileViT/EfficientViT)
+keeping --ratio of every prunable block, random weights (timing does not depend on them):
+
+    python tools/analysis/latency.py [--models vit-s16 vit-b16 swin-t swin-b mobilevit-xs
+        mobilevit-s efficientvit-b1] [--ratio 0.7] [--size N] [--batch-sizes 1 16]
+        [--threads 1] [--warmup 3] [--repeats 10] [--devices cpu cuda] [--profile]
+        [--out table.md] [--json rows.json]
+
+An exported subnet (its arch is read from the file):
+
+    python tools/analysis/latency.py --subnet work_dirs/.../subnet.json [--size N] ...
+
+A config's backbone (a pruned subnet config, or any mmdcs config with --subnet); the baseline is
+the same backbone with variant='baseline' and no subnet:
+
+    python tools/analysis/latency.py --config CONFIG [--subnet subnet.json] ...
+
+Per model and batch: ms/image of the baseline and of the subnet (median of interleaved timed
+rounds after warm-up, eval mode, torch.inference_mode, fixed threads; CUDA timed with
+torch.cuda.synchronize when available), the latency ratio, the FLOPs ratio, and whether they
+differ by at most --tolerance (0.05). --profile adds the per-operator CPU time of both models
+(torch.profiler) at the first batch size.
+"""
+import argparse
+import json
+import os.path as osp
+import sys
+import time
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+from mmengine.config import DictAction
+
+from mmdcs.utils.launch import UserError, user_errors
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description='Latency of pruned subnets vs their baselines')
+    p.add_argument('--models', nargs='+', default=None,
+                   help='archs (default: vit-s16 vit-b16 swin-t swin-b mobilevit-xs mobilevit-s '
+                   'efficientvit-b1)')
+    p.add_argument('--ratio', type=float, default=0.7,
+                   help='kept ratio of the random subnets (default 0.7)')
+    p.add_argument('--variant', default=None,
+                   help='variant of the random subnets (default: the paper\'s per family: kcr '
+                   'for vit/swin, dcs for mobilevit/efficientvit)')
+    p.add_argument('--subnet', help='an exported subnet.json (its arch replaces --models)')
+    p.add_argument('--config', help='time the backbone of this config (a pruned subnet, or with '
+                   '--subnet) against the same backbone as a baseline')
+    p.add_argument('--cfg-options', nargs='+', action=DictAction,
+                   help='config mode: override settings, key=value')
+    p.add_argument('--size', type=int, default=None,
+                   help='input size (default: each model\'s nominal size, 224 or 256; in config '
+                   'mode the config\'s)')
+    p.add_argument('--batch-sizes', type=int, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=int, default=1,
+                   help='CPU intra-op threads (torch.set_num_threads), default 1')
+    p.add_argument('--warmup', type=int, default=3)
+    p.add_argument('--repeats', type=int, default=10, help='timed rounds (median taken)')
+    p.add_argument('--number', type=int, default=1, help='calls per timed round')
+    p.add_argument('--devices', nargs='+', default=['cpu', 'cuda'], choices=['cpu', 'cuda'],
+                   help='cuda is skipped when not available')
+    p.add_argument('--tolerance', type=float, default=0.05,
+                   help='allowed |latency ratio - FLOPs ratio| (default 0.05)')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--profile', action='store_true',
+                   help='also print the top CPU operators of both models (torch.profiler)')
+    p.add_argument('--profile-top', type=int, default=12, help='operators printed per model')
+    p.add_argument('--profile-rounds', type=int, default=3,
+                   help='interleaved profiling sessions (median per operator)')
+    p.add_argument('--out', help='also write the markdown table here')
+    p.add_argument('--json', help='also write the rows (and profiles) as JSON here')
+    args = p.parse_args(argv)
+    if not 0 < args.ratio <= 1:
+        p.error(f'--ratio must be in (0, 1], got {args.ratio}')
+    if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.number < 1:
+        p.error('--threads, --repeats and --number must be >= 1, --warmup >= 0')
+    if any(b < 1 for b in args.batch_sizes):
+        p.error('--batch-sizes must be >= 1')
+    if args.config and args.models:
+        p.error('give --config or --models, not both')
+    if args.subnet and args.models:
+        p.error('--subnet gives the arch: do not give --models with it')
+    return args
+
+
+def _config_pair(args):
+    """(arch label, baseline backbone, subnet backbone, input size) of a config."""
+    import copy
+    from mmdcs.selection import SubnetSpec
+    from mmdcs.utils.subnet_io import (backbone_cfg_of, build_model, config_input_size,
+                                       load_task_config, mmdcs_backbone, with_subnet)
+    cfg, scope = load_task_config(args.config, args.cfg_options)
+    model_cfg = cfg.model
+    if args.subnet:
+        SubnetSpec.coerce(args.subnet)
+        model_cfg = with_subnet(model_cfg, args.subnet)
+    sub_model = build_model(model_cfg, scope).eval()
+    sub = mmdcs_backbone(sub_model)
+    if sub is None:
+        raise UserError(f'{args.config}: the backbone is not an mmdcs backbone')
+    if sub.subnet_spec is None:
+        raise UserError(f'{args.config}: the backbone is not a pruned subnet (variant '
+                        f'{sub.variant!r}); give --subnet subnet.json or a subnet config')
+    base_cfg = copy.deepcopy(model_cfg)
+    b = backbone_cfg_of(base_cfg)
+    b.pop('subnet', None)
+    b.pop('init_cfg', None)
+    b['variant'] = 'baseline'
+    base = mmdcs_backbone(build_model(base_cfg, scope)).eval()
+    if args.size:
+        size = (args.size, args.size)
+    else:
+        size, _ = config_input_size(cfg, sub)
+    return sub.arch, base, sub, size
+
+
+def run(args):
+    import torch
+    from mmdcs.analysis.complexity import TABLE_MODELS, backbone_class
+    from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,
+                                        format_op_groups, format_profile, latency_pair,
+                                        op_groups, profile_ops)
+    from mmdcs.selection import SubnetError, SubnetSpec
+    common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
+                  warmup=args.warmup, repeats=args.repeats, number=args.number,
+                  tolerance=args.tolerance, seed=args.seed)
+    jobs = []  # (arch, callable building (base, sub, size))
+    if args.config:
+        arch, base, sub, size = _config_pair(args)
+        jobs.append((arch, lambda: (base, sub, size)))
+    elif args.subnet:
+        try:
+            spec = SubnetSpec.coerce(args.subnet)
+            backbone_class(spec.arch)
+        except (SubnetError, ValueError) as e:
+            raise UserError(str(e)) from e
+
+        def from_spec(spec=spec):
+            b, s, _ = build_pair(spec.arch, subnet=spec, input_size=args.size, seed=args.seed)
+            from mmdcs.analysis.latency import _size
+            return b, s, _size(args.size, spec.arch)
+        jobs.append((spec.arch, from_spec))
+    else:
+        models = args.models or list(TABLE_MODELS)
+        for m in models:
+            try:
+                backbone_class(m)
+            except ValueError as e:
+                raise UserError(str(e)) from e
+        for m in models:
+            def from_ratio(m=m):
+                from mmdcs.analysis.latency import _size
+                try:
+                    b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
+                                         args.seed)
+                except (KeyError, ValueError) as e:
+                    raise UserError(f'{m}: {e}') from e
+                return b, s, _size(args.size, m)
+            jobs.append((m, from_ratio))
+
+    rows, profiles = [], {}
+    t_all = time.perf_counter()
+    for arch, make in jobs:
+        t0 = time.perf_counter()
+        base, sub, size = make()
+        new = latency_pair(arch, args.ratio, input_size=size, models=(base, sub), **common)
+        rows += new
+        for r in new:
+            print(f'{arch}: {r["device"]} batch {r["batch"]}: baseline {r["base_ms"]:.2f} '
+                  f'ms/img, subnet {r["sub_ms"]:.2f} ms/img, latency ratio '
+                  f'{r["latency_ratio"]:.3f}, FLOPs ratio {r["flops_ratio"]:.3f} '
+                  f'({"within" if r["within"] else "NOT within"} ±{args.tolerance})',
+                  flush=True)
+        if args.profile:
+            x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
+            prof = profile_ops({'baseline': base.cpu(), 'subnet': sub.cpu()}, x,
+                               repeats=max(1, min(args.repeats, 3)), top=None,
+                               threads=args.threads, rounds=args.profile_rounds)
+            groups = {k: op_groups(v) for k, v in prof.items()}
+            profiles[arch] = dict(ops={k: v[:args.profile_top] + v[-1:] for k, v in prof.items()},
+                                  groups=groups)
+            for name in ('baseline', 'subnet'):
+                print(format_profile(profiles[arch]['ops'][name],
+                                     f'\n{arch} {name}: top CPU ops, ms per forward (batch '
+                                     f'{args.batch_sizes[0]}, {args.threads} thread(s), median '
+                                     f'of {args.profile_rounds} interleaved rounds)'))
+            print(f'\n{arch}: CPU self time by op group (ms per forward)')
+            print(format_op_groups(groups))
+            print()
+        print(f'({arch}: {time.perf_counter() - t0:.0f} s)', flush=True)
+    text = format_latency_table(rows)
+    text += '\n\n' + environment_note()
+    print('\n' + text)
+    print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
+    if args.out:
+        with open(args.out, 'w') as f:
+            f.write(text + '\n')
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(rows=rows, profiles=profiles), f, indent=1)
+    return rows
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from mmdcs.selection import SubnetError
+    with user_errors():
+        try:
+            return run(args)
+        except SubnetError as e:
+            raise UserError(str(e)) from e
+
+
+if __name__ == '__main__':
+    main()
