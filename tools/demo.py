@@ -20,6 +20,10 @@ import os.path as osp
 import subprocess
 import sys
 import time
+import warnings
+
+# setuptools' notice about mmengine 0.10.7 importing pkg_resources is not for demo users
+warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -120,7 +124,9 @@ class Demo:
               f'({sum(b["kept"] < b["dim"] for b in spec["blocks"])}/{len(spec["blocks"])} '
               'blocks pruned)', flush=True)
         retrain_cfg = f'configs/demo/{kind}-mobilevit-xs_retrain_digits.py'
-        opts = [f'model.backbone.subnet={subnet}']
+        # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, METHOD §4)
+        opts = [f'model.backbone.subnet={subnet}',
+                f'model.regularizer.t_warm={self.args.epochs // 2}']
         retrain_dir = self.train(f'{kind}_retrain', retrain_cfg, self.args.epochs, opts)
         top1 = self.evaluate(f'{kind}_retrain', retrain_cfg, retrain_dir, opts)
         params, flops = self.complexity(retrain_cfg, opts)
@@ -145,12 +151,13 @@ class Demo:
             f'{split}_dataloader.dataset.data_root={scenes}'
             for split in ('train', 'val', 'test')]
         ann = osp.join(scenes, 'annotations', 'instances_val.json')
+        quick = self.args.quick
         tasks = (
             ('det', 'configs/demo/ssdlite_dcs-mobilevit-xs_digits-scenes.py',
-             [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'],
-             'coco/bbox_mAP', 'SSDLite, bbox mAP'),
-            ('seg', 'configs/demo/fcn_dcs-mobilevit-xs_digits-scenes.py', [], 'mIoU',
-             'Semantic-FPN, mIoU'),
+             [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'] +
+             (['train_cfg.max_epochs=1'] if quick else []), 'coco/bbox_mAP', 'SSDLite, bbox mAP'),
+            ('seg', 'configs/demo/fcn_dcs-mobilevit-xs_digits-scenes.py',
+             ['train_cfg.max_iters=20'] if quick else [], 'mIoU', 'Semantic-FPN, mIoU'),
         )
         for name, cfg, extra, key, label in tasks:
             work_dir = osp.join(self.work, name)
@@ -185,8 +192,14 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
-    parser.add_argument('--epochs', type=int, default=4, help='epochs of every training run')
+    parser.add_argument('--epochs', type=int, default=4,
+                        help='epochs of every classification run')
+    parser.add_argument('--quick', action='store_true',
+                        help='a smoke run of every step: 1 epoch of each classification run, '
+                        '1 detection epoch, 20 segmentation iterations')
     args = parser.parse_args()
+    if args.quick:
+        args.epochs = 1
     demo = Demo(args)
     t0 = time.time()
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)

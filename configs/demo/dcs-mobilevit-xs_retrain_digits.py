@@ -19,7 +19,9 @@ model = dict(
         in_channels=384,
         loss=dict(type='CrossEntropyLoss', loss_weight=1.0),
         topk=(1, )),
-    regularizer=dict(type='ib', eta=50., t_warm=2),
+    # η = 50 is the paper's ImageNet value; on the 1,438-image digits set it swamps the
+    # cross-entropy, so the demo uses η = 1
+    regularizer=dict(type='ib', eta=1., t_warm=2),
 )
 custom_hooks = [
     dict(type='mmdcs.TemperatureHook', start=4.5, factor=0.95, by='epoch'),
