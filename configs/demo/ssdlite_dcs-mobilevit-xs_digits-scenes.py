@@ -9,7 +9,8 @@
 #       work_dirs/ssdlite_dcs-mobilevit-xs_digits-scenes/epoch_12.pth --metrics-out metrics.json
 # (`subnet` and `pretrained` below are read when the file is parsed: override the model keys as
 # above, not the variables.) From scratch: --cfg-options model.backbone.init_cfg=None.
-# mmdet 3.3.0's SSDHead needs `SSDHead.loss_cls = None` to predict (mmdetection#11780).
+# (mmdet 3.3.0's SSDHead predicts only with mmdcs' patch `SSDHead.loss_cls = None`,
+# mmdetection#11780, which the mmdcs tools apply.)
 #
 # SSD at 128x128: the digits' boxes are 20-48 px high and 6-37 px wide, so the detector reads the
 # backbone's stride-8 (64 ch, 16x16), stride-16 (80 ch, 8x8) and stride-32 (384 ch, after

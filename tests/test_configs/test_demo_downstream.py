@@ -1,9 +1,12 @@
-"""The demo downstream configs (configs/demo/*_digits-scenes.py) on a tiny scenes set: each one
-trains through ``tools/train.py`` with a random-α DCS-MobileViT-XS subnet (the detector also
-initialises its backbone from a classifier checkpoint through its ``init_cfg``, as the demo does),
-then ``tools/test.py --metrics-out`` evaluates the checkpoint and writes the real metrics.
+"""The demo downstream configs (configs/demo/*_digits-scenes.py) on a tiny scenes set.
 
-A few iterations on 12 + 6 scenes of 128x128 per config (four tool subprocesses in all)."""
+The SSDLite and Semantic-FPN demos train through ``tools/train.py`` with a random-α
+DCS-MobileViT-XS subnet (the detector also initialises its backbone from a classifier checkpoint
+through its ``init_cfg``, as the demo does), then ``tools/test.py --metrics-out`` evaluates the
+checkpoint and writes the real metrics: a few iterations on 12 + 6 scenes of 128x128 per config
+(four tool subprocesses in all). The optional Mask R-CNN demo (about 2.5x the SSDLite cost, not
+part of tools/demo.py) is checked in-process: its data pipeline yields masks, and its detector
+takes a training step and predicts masks."""
 import json
 import os
 import os.path as osp
@@ -17,21 +20,8 @@ pytest.importorskip('mmseg')
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DET_CONFIG = 'configs/demo/ssdlite_dcs-mobilevit-xs_digits-scenes.py'
 SEG_CONFIG = 'configs/demo/fcn_dcs-mobilevit-xs_digits-scenes.py'
+MASK_RCNN_CONFIG = 'configs/demo/mask-rcnn_dcs-mobilevit-xs_digits-scenes.py'
 DIGIT_CLASSES = tuple(str(i) for i in range(10))
-
-# mmdet 3.3.0's SSDHead cannot predict (it reads `self.loss_cls`, which it never sets:
-# open-mmlab/mmdetection#11780); mmdcs is to patch `SSDHead.loss_cls = None` when it is imported
-# (see tests/test_configs/test_det_configs.py::test_ssd_head_can_predict). Until it does, the
-# detection tools run behind this launcher, which sets the same attribute only if it is missing
-# (a no-op once mmdcs patches it) and then runs the tool unchanged.
-_SSD_LAUNCHER = """import runpy, sys
-import mmdcs.registry  # noqa: F401 (mmdcs' compatibility patches, if any)
-from mmdet.models.dense_heads import SSDHead
-if not hasattr(SSDHead, 'loss_cls'):
-    SSDHead.loss_cls = None
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name='__main__')
-"""
 
 
 @pytest.fixture(scope='module')
@@ -82,32 +72,34 @@ def _check(proc, what):
         f'{what} failed (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
 
 
-def _train_and_test(run_tool, config, work_dir, options, ckpt_name, ssd=False):
-    """tools/train.py then tools/test.py --metrics-out; returns (metrics, train stdout)."""
-    launcher = ['-c', _SSD_LAUNCHER] if ssd else []
+def _train_and_test(run_tool, config, work_dir, options, ckpt_name):
+    """tools/train.py then tools/test.py --metrics-out; returns (metrics, train stdout).
+
+    SSDLite predicts only with mmdcs' patch of mmdet 3.3.0's SSDHead (``SSDHead.loss_cls = None``,
+    open-mmlab/mmdetection#11780), which the tools apply: they run unchanged here."""
     env = dict(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
-    proc = run_tool(launcher + ['tools/train.py', config, '--work-dir', work_dir,
-                                '--no-pin-memory', '--cfg-options'] + options, env=env)
+    proc = run_tool(['tools/train.py', config, '--work-dir', work_dir, '--no-pin-memory',
+                     '--cfg-options'] + options, env=env)
     _check(proc, 'tools/train.py')
     ckpt = osp.join(work_dir, ckpt_name)
     assert osp.isfile(ckpt), sorted(os.listdir(work_dir))
     metrics_file = osp.join(work_dir, 'metrics.json')
-    proc_test = run_tool(launcher + ['tools/test.py', config, ckpt, '--work-dir', work_dir,
-                                     '--metrics-out', metrics_file, '--cfg-options'] + options,
-                         env=env)
+    proc_test = run_tool(['tools/test.py', config, ckpt, '--work-dir', work_dir, '--metrics-out',
+                          metrics_file, '--cfg-options'] + options, env=env)
     _check(proc_test, 'tools/test.py')
     with open(metrics_file) as f:
         return json.load(f), proc.stdout + proc.stderr
 
 
 def test_configs_parse_with_the_demo_settings():
-    """Both configs: the DCS-MobileViT-XS subnet backbone with its Pretrained init, the digits
+    """The three configs: the DCS-MobileViT-XS subnet backbone with its Pretrained init, the digits
     classes, 128x128 scenes without flips, and the task's default scope."""
     from mmengine.config import Config
     det = Config.fromfile(osp.join(ROOT, DET_CONFIG))
     seg = Config.fromfile(osp.join(ROOT, SEG_CONFIG))
-    assert det.default_scope == 'mmdet' and seg.default_scope == 'mmseg'
-    for cfg in (det, seg):
+    mrcnn = Config.fromfile(osp.join(ROOT, MASK_RCNN_CONFIG))
+    assert det.default_scope == mrcnn.default_scope == 'mmdet' and seg.default_scope == 'mmseg'
+    for cfg in (det, seg, mrcnn):
         bb = cfg.model.backbone
         assert bb.type == 'mmdcs.MobileViT' and bb.arch == 'mobilevit-xs'
         assert bb.subnet == cfg.subnet == 'work_dirs/demo/dcs_subnet/subnet.json'
@@ -122,6 +114,11 @@ def test_configs_parse_with_the_demo_settings():
     assert tuple(det.train_dataloader.dataset.metainfo['classes']) == DIGIT_CLASSES
     assert det.model.bbox_head.num_classes == 10
     assert det.val_evaluator.type == 'CocoMetric' and det.val_evaluator.metric == 'bbox'
+    roi_head = mrcnn.model.roi_head
+    assert roi_head.bbox_head.num_classes == roi_head.mask_head.num_classes == 10
+    assert mrcnn.val_evaluator.metric == mrcnn.test_evaluator.metric == ['bbox', 'segm']
+    for cfg in (det, mrcnn):
+        assert cfg.val_evaluator.ann_file == 'data/digits/scenes/annotations/instances_val.json'
     assert tuple(seg.train_dataloader.dataset.metainfo['classes']) == ('background', ) \
         + DIGIT_CLASSES
     assert seg.model.decode_head.num_classes == 11
@@ -146,8 +143,7 @@ def test_ssdlite_demo_trains_and_reports_coco_map(tiny_digits, subnet_and_checkp
         'default_hooks.checkpoint.interval=1', 'default_hooks.logger.interval=1',
     ]
     work_dir = str(tmp_path / 'ssdlite')
-    metrics, log = _train_and_test(run_tool, DET_CONFIG, work_dir, options, 'epoch_1.pth',
-                                   ssd=True)
+    metrics, log = _train_and_test(run_tool, DET_CONFIG, work_dir, options, 'epoch_1.pth')
     assert ckpt in log  # the backbone was initialised from the classifier checkpoint
     keys = {f'coco/bbox_{k}' for k in ('mAP', 'mAP_50', 'mAP_75', 'mAP_s', 'mAP_m', 'mAP_l')}
     assert keys <= set(metrics), sorted(metrics)
@@ -172,3 +168,41 @@ def test_segmenter_demo_trains_and_reports_miou(tiny_digits, subnet_and_checkpoi
     # mmseg reports percentages
     assert 0.0 <= metrics['mIoU'] <= 100.0
     assert 0.0 < metrics['aAcc'] <= 100.0
+
+
+def test_mask_rcnn_demo_loads_masks_trains_and_predicts(tiny_digits, subnet_and_checkpoint):
+    from mmengine.config import Config
+    from mmengine.dataset import pseudo_collate
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+    from mmdet.registry import DATASETS, MODELS
+    from mmdet.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    subnet, _ = subnet_and_checkpoint
+    cfg = Config.fromfile(osp.join(ROOT, MASK_RCNN_CONFIG))
+    cfg.model.backbone.subnet = subnet
+    cfg.model.backbone.init_cfg = None
+    ds_cfg = cfg.train_dataloader.dataset
+    ds_cfg.data_root = osp.join(tiny_digits, 'scenes')
+    torch.manual_seed(0)
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        dataset = DATASETS.build(ds_cfg)
+        model = MODELS.build(cfg.model)
+    model.init_weights()
+    assert dataset.metainfo['classes'] == DIGIT_CLASSES
+    samples = [dataset[i] for i in range(2)]
+    for sample in samples:
+        gt = sample['data_samples'].gt_instances
+        assert sample['inputs'].shape == (3, 128, 128)
+        assert len(gt) > 0 and gt.masks.masks.shape[1:] == (128, 128)
+        assert gt.masks.masks.any(axis=(1, 2)).all()  # every digit has stroke pixels
+    data = pseudo_collate(samples)
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    model.train()
+    losses = model.train_step(data, optim_wrapper)
+    for k in ('loss_rpn_cls', 'loss_cls', 'loss_bbox', 'loss_mask'):
+        assert k in losses and torch.isfinite(losses[k]), (k, losses.get(k))
+    model.eval()
+    with torch.no_grad():
+        pred = model.val_step(data)[0].pred_instances
+    assert pred.masks.shape[1:] == (128, 128) and len(pred.masks) == len(pred.labels)
