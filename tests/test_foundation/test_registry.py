@@ -70,3 +70,28 @@ def test_weights_only_default_is_handled_for_mmengine_checkpoints(tmp_path):
                 'meta': {'seed': np.int64(3)}}, path)
     ckpt = _load_checkpoint(path, map_location='cpu')
     assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))
+
+
+@pytest.mark.parametrize('scope', ['mmdcs', 'mmpretrain', None])
+def test_classifier_builds_the_same_under_mmdcs_and_task_scope(scope):
+    """Under default_scope='mmdcs' (register_all_modules) the mmpretrain parts of an mmdcs
+    classifier (preprocessor, neck, head, loss) are still found, and mmdcs names stay mmdcs's
+    (mmpretrain also registers a 'MobileViT')."""
+    from mmengine.registry import DefaultScope
+
+    from mmdcs.models.backbones.efficientvit import EfficientViTClsHead
+    from mmdcs.models.backbones.mobilevit import MobileViT
+    from mmdcs.registry import MODELS
+    prefix = 'mmdcs.' if scope == 'mmpretrain' else ''
+    cfg = dict(type=prefix + 'ChannelSelectionClassifier',
+               backbone=dict(type=prefix + 'MobileViT', arch='mobilevit-xs'),
+               neck=dict(type='GlobalAveragePooling'),
+               head=dict(type=prefix + 'EfficientViTClsHead', num_classes=10, in_channels=384,
+                         mid_channels=32))
+    with DefaultScope.overwrite_default_scope(scope):
+        model = MODELS.build(cfg)
+    assert isinstance(model.backbone, MobileViT)
+    assert isinstance(model.head, EfficientViTClsHead)
+    assert type(model.head.loss_module).__name__ == 'CrossEntropyLoss'
+    assert type(model.data_preprocessor).__name__ == 'ClsDataPreprocessor'
+    assert type(model.neck).__name__ == 'GlobalAveragePooling'

@@ -43,6 +43,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
+from mmdcs.utils.scope import build_model_part
 from .base import SelectableBackbone, normalize_out_indices
 
 __all__ = ['EfficientViT', 'LiteMLA', 'TIMM_MODELS', 'convert_timm']
@@ -449,7 +450,8 @@ if _ClsHead is not None:
 
         def __init__(self, num_classes: int, in_channels: int, mid_channels: int,
                      dropout_rate: float = 0., norm_eps: float = 1e-5, **kwargs):
-            super().__init__(**kwargs)
+            loss = kwargs.pop('loss', dict(type='CrossEntropyLoss', loss_weight=1.0))
+            super().__init__(loss=build_model_part(loss), **kwargs)
             if num_classes <= 0:
                 raise ValueError(f'num_classes={num_classes} must be a positive integer')
             self.num_classes = num_classes
