@@ -3,7 +3,7 @@
 become ``DIR/pruned.pth`` (an mmengine checkpoint).
 
     python tools/export_subnet.py CONFIG CHECKPOINT --out DIR [--shape H W]
-                                  [--cfg-options k=v ...] [--no-verify]
+                                  [--multiple-of 8] [--cfg-options k=v ...] [--no-verify]
 
 CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
 supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
@@ -35,6 +35,10 @@ def parse_args(argv=None):
     parser.add_argument('--shape', type=int, nargs='+', metavar='N',
                         help='input size H [W] for the FLOPs (default: the config\'s input '
                         'size, else the backbone\'s nominal size)')
+    parser.add_argument('--multiple-of', type=int, default=1, metavar='N',
+                        help='round every kept width D̃ up to a multiple of N (e.g. 8: faster '
+                        'matrix multiplies); the added channels start with zero weights, so the '
+                        'pruned model still gives the supernet\'s output')
     parser.add_argument('--no-verify', action='store_true',
                         help='skip the check that the pruned model gives the supernet\'s output')
     parser.add_argument(
@@ -86,7 +90,10 @@ def export(args) -> dict:
     model.eval()
 
     sha = file_sha256(args.checkpoint)
-    spec = backbone.export_subnet(**export_meta(args.config, args.checkpoint, sha))
+    if args.multiple_of < 1:
+        raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
+    spec = backbone.export_subnet(multiple_of=args.multiple_of,
+                                  **export_meta(args.config, args.checkpoint, sha))
     empty = [name for name, m in _prunable(backbone).items()
              if not bool((m.select.alpha > 0).any())]
     if shape is None:

@@ -251,12 +251,13 @@ def set_random_keep_(model: nn.Module, keep_ratio: float, seed: int = 0) -> Dict
 
 
 def random_subnet(backbone_cls, arch: str, variant: str, keep_ratio: float, seed: int = 0,
-                  **backbone_kwargs) -> SubnetSpec:
+                  multiple_of: int = 1, **backbone_kwargs) -> SubnetSpec:
     """A subnet pruned to a stated ratio without a search.
 
     Builds the supernet ``backbone_cls(arch=arch, variant=variant, **backbone_kwargs)``, keeps
     exactly max(1, round(keep_ratio·D)) channels of every prunable block (a seeded random
-    choice, :func:`set_random_keep_`) and returns its :class:`SubnetSpec`.
+    choice, :func:`set_random_keep_`) and returns its :class:`SubnetSpec` (every D̃ rounded up
+    to a multiple of ``multiple_of``).
 
     Args:
         backbone_cls: the class (``mmdcs.models.backbones.vit.ViT``), or its name (``'ViT'``,
@@ -265,7 +266,7 @@ def random_subnet(backbone_cls, arch: str, variant: str, keep_ratio: float, seed
     cls = _resolve_class(backbone_cls)
     model = cls(arch=arch, variant=variant, **backbone_kwargs)
     set_random_keep_(model, keep_ratio, seed)
-    return model.export_subnet(random_keep_ratio=keep_ratio, seed=seed)
+    return model.export_subnet(multiple_of, random_keep_ratio=keep_ratio, seed=seed)
 
 
 # ----------------------------------------------------------------------------- classifiers

@@ -251,14 +251,16 @@ def _size(size: Union[None, int, Sequence[int]], arch: str) -> Size:
 
 def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                subnet: Union[None, str, dict, SubnetSpec] = None,
-               input_size: Union[None, int, Sequence[int]] = None, seed: int = 0
-               ) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
+               input_size: Union[None, int, Sequence[int]] = None, seed: int = 0,
+               multiple_of: int = 1) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
     """(baseline backbone, pruned subnet backbone, its spec), eval mode, random weights.
 
     The subnet is ``subnet`` if given (its arch must be ``arch``), else a seeded random subnet
     keeping ``ratio`` of every prunable block with ``variant`` (default: the paper's variant of
-    the family, :data:`~mmdcs.analysis.complexity.PAPER_VARIANT`). Weights are random (timing
-    does not depend on them); both are built at ``input_size`` (ViT: position-embedding grid).
+    the family, :data:`~mmdcs.analysis.complexity.PAPER_VARIANT`), every D̃ rounded up to a
+    multiple of ``multiple_of`` (:func:`mmdcs.selection.export_subnet`). Weights are random
+    (timing does not depend on them); both are built at ``input_size`` (ViT: position-embedding
+    grid).
     """
     cls = backbone_class(arch)
     size = _size(input_size, arch)
@@ -274,7 +276,7 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         import inspect
         if 'img_size' in inspect.signature(cls.__init__).parameters:
             kwargs['img_size'] = size[0] if size[0] == size[1] else size
-        spec = random_subnet(cls, arch, variant, ratio, seed, **kwargs)
+        spec = random_subnet(cls, arch, variant, ratio, seed, multiple_of, **kwargs)
     torch.manual_seed(seed)
     base = build_backbone(arch, 'baseline', None, size)
     sub = build_backbone(arch, spec.variant, spec, size)

@@ -54,8 +54,12 @@ class GatedMLP(nn.Module):
         return self._mlp(x * g) * g
 
     @torch.no_grad()
-    def pruned(self, keep: Union[Tensor, Sequence[int]]) -> 'PrunedMLP':
-        """The deployed module for these kept channels, with this module's weights sliced."""
+    def pruned(self, keep: Union[Tensor, Sequence[int]],
+               pad: Sequence[int] = ()) -> 'PrunedMLP':
+        """The deployed module for these kept channels, with this module's weights sliced.
+
+        Channels in ``pad`` (a subset of ``keep``) get zero weights in and out, so the deployed
+        module computes what this one does with those channels gated off."""
         keep = torch.as_tensor(keep, dtype=torch.long, device=self.fc1.weight.device)
         out = PrunedMLP(self.in_features, self.hidden_features, keep, self.act_layer,
                         self.drop_prob, bias=self.fc1.bias is not None)
@@ -65,7 +69,21 @@ class GatedMLP(nn.Module):
         if self.fc1.bias is not None:
             out.fc1.bias.copy_(self.fc1.bias)
             out.fc2.bias.copy_(self.fc2.bias[keep])
+        zero = zero_positions(keep, pad)
+        if zero.numel():
+            out.fc1.weight[:, zero] = 0
+            out.fc2.weight[zero] = 0
+            if out.fc2.bias is not None:
+                out.fc2.bias[zero] = 0
         return out
+
+
+def zero_positions(keep: Tensor, pad: Sequence[int]) -> Tensor:
+    """Positions in ``keep`` of the channels listed in ``pad``."""
+    if not len(pad):
+        return keep.new_zeros(0)
+    pad = torch.as_tensor(list(pad), dtype=keep.dtype, device=keep.device)
+    return torch.isin(keep, pad).nonzero().flatten()
 
 
 class PrunedMLP(nn.Module):

@@ -155,3 +155,25 @@ def test_missing_config_or_checkpoint(supernet, tmp_path, capsys):
         tool.main([supernet['config'], other, '--out', str(tmp_path)])
     assert e.value.code == 2
     assert 'does not fit the config' in capsys.readouterr().err
+
+
+def test_export_multiple_of_rounds_widths_and_keeps_outputs(supernet, tmp_path, capsys):
+    tool = _tool()
+    out = str(tmp_path / 'rounded')
+    tool.main([supernet['config'], supernet['ckpt'], '--out', out, '--multiple-of', '8'])
+    printed = capsys.readouterr().out
+    assert '(equal)' in printed
+    spec = SubnetSpec.load(osp.join(out, 'subnet.json'))
+    assert all(b.kept % 8 == 0 for b in spec.blocks) and any(b.pad for b in spec.blocks)
+    model_cfg = copy.deepcopy(supernet['cfg'].model)
+    model_cfg.backbone.subnet = osp.join(out, 'subnet.json')
+    pruned = _build(model_cfg)
+    ckpt = torch.load(osp.join(out, 'pruned.pth'), map_location='cpu', weights_only=False)
+    pruned.load_state_dict(ckpt['state_dict'], strict=True)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.allclose(pruned(x, mode='tensor'), supernet['model'](x, mode='tensor'),
+                              atol=1e-4)
+    with pytest.raises(SystemExit):
+        tool.main([supernet['config'], supernet['ckpt'], '--out', out, '--multiple-of', '0'])
+    assert '--multiple-of must be a positive integer' in capsys.readouterr().err

@@ -47,6 +47,9 @@ def parse_args(argv=None):
                    'efficientvit-b1)')
     p.add_argument('--ratio', type=float, default=0.7,
                    help='kept ratio of the random subnets (default 0.7)')
+    p.add_argument('--multiple-of', type=int, default=1, metavar='N',
+                   help='round the random subnets\' kept widths up to a multiple of N (as '
+                   'tools/export_subnet.py --multiple-of)')
     p.add_argument('--variant', default=None,
                    help='variant of the random subnets (default: the paper\'s per family: kcr '
                    'for vit/swin, dcs for mobilevit/efficientvit)')
@@ -79,6 +82,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not 0 < args.ratio <= 1:
         p.error(f'--ratio must be in (0, 1], got {args.ratio}')
+    if args.multiple_of < 1:
+        p.error(f'--multiple-of must be a positive integer, got {args.multiple_of}')
     if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.number < 1:
         p.error('--threads, --repeats and --number must be >= 1, --warmup >= 0')
     if any(b < 1 for b in args.batch_sizes):
@@ -159,7 +164,7 @@ def run(args):
                 from mmdcs.analysis.latency import _size
                 try:
                     b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
-                                         args.seed)
+                                         args.seed, args.multiple_of)
                 except (KeyError, ValueError) as e:
                     raise UserError(f'{m}: {e}') from e
                 return b, s, _size(args.size, m)

@@ -99,12 +99,13 @@ class SelectableBackbone(BaseModule):
     def is_supernet(self) -> bool:
         return bool(prunable_modules(self))
 
-    def export_subnet(self, **meta) -> SubnetSpec:
-        """The deterministic subnet (α > 0) of this supernet."""
+    def export_subnet(self, multiple_of: int = 1, **meta) -> SubnetSpec:
+        """The deterministic subnet (α > 0) of this supernet, every D̃ rounded up to a multiple
+        of ``multiple_of`` (see :func:`mmdcs.selection.export_subnet`)."""
         if not self.is_supernet:
             raise SubnetError(f'{type(self).__name__}({self.variant}) has no architecture '
                               'parameters to export (a baseline, or already pruned)')
-        return export_subnet(self, self.family, self.arch, self.variant, **meta)
+        return export_subnet(self, self.family, self.arch, self.variant, multiple_of, **meta)
 
     # ----------------------------------------------------------------- cost
     def cost_terms(self) -> List[CostTerm]:

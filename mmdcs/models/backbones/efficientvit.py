@@ -43,6 +43,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
+from mmdcs.selection.mlp import zero_positions
 from mmdcs.utils.scope import build_model_part
 from .base import SelectableBackbone, normalize_out_indices
 
@@ -218,12 +219,14 @@ class LiteMLA(nn.Module):
         return self.proj(out)
 
     @torch.no_grad()
-    def pruned(self, keep: Union[Tensor, Sequence[int]]) -> 'LiteMLA':
-        """The deployed LiteMLA for these kept channels (``proj``'s input sliced to them)."""
+    def pruned(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> 'LiteMLA':
+        """The deployed LiteMLA for these kept channels (``proj``'s input sliced to them; the
+        ``pad`` channels read with zero weights)."""
         keep = torch.as_tensor(keep, dtype=torch.long, device=self.proj.conv.weight.device)
         out = LiteMLA(**self._args, keep=keep.cpu())
         state = {k: v for k, v in self.state_dict().items() if not k.startswith('select.')}
-        state['proj.conv.weight'] = state['proj.conv.weight'][:, keep]
+        state['proj.conv.weight'] = state['proj.conv.weight'][:, keep].clone()
+        state['proj.conv.weight'][:, zero_positions(keep, pad)] = 0
         state['keep'] = keep
         out.load_state_dict(state)
         return out.to(self.proj.conv.weight.device).train(self.training)

@@ -57,6 +57,7 @@ from torch import Tensor
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP,
                              QKChannelSelector, SubnetSpec)
+from mmdcs.selection.mlp import zero_positions
 from .base import SelectableBackbone, check_choice, drop_path_rates, normalize_out_indices
 
 #: arch -> timm model name (for conversion and the equivalence tests)
@@ -217,8 +218,10 @@ class MobileViTBlock(nn.Module):
 
     # ------------------------------------------------------------------ pruning
     @torch.no_grad()
-    def prune_projection(self, keep: Union[Tensor, Sequence[int]]) -> None:
-        """Make ``conv_proj.conv`` read only the ``keep`` channels (weights sliced)."""
+    def prune_projection(self, keep: Union[Tensor, Sequence[int]],
+                         pad: Sequence[int] = ()) -> None:
+        """Make ``conv_proj.conv`` read only the ``keep`` channels (weights sliced; the ``pad``
+        channels, kept for alignment only, read with zero weights)."""
         conv = self.conv_proj.conv
         keep = torch.as_tensor(keep, dtype=torch.long, device=conv.weight.device)
         if self.proj_keep is not None:  # already pruned: only the same selection is a no-op
@@ -229,6 +232,7 @@ class MobileViTBlock(nn.Module):
         new = nn.Conv2d(keep.numel(), conv.out_channels, 1, bias=False).to(
             conv.weight.device, conv.weight.dtype)
         new.weight.copy_(conv.weight[:, keep])
+        new.weight[:, zero_positions(keep, pad)] = 0
         self.conv_proj.conv = new
         self.proj_keep = keep
 
@@ -393,9 +397,10 @@ class MobileViT(SelectableBackbone):
     def _after_subnet(self, spec: SubnetSpec) -> None:
         """Projection rule, pruned form: each block's ``conv_proj`` reads the kept channels of
         its last transformer layer."""
-        keep = spec.keep_map()
+        blocks = {b.name: b for b in spec.blocks}
         for name, block in self.mobilevit_blocks().items():
-            block.prune_projection(keep[f'{name}.transformer.{len(block.transformer) - 1}.mlp'])
+            last = blocks[f'{name}.transformer.{len(block.transformer) - 1}.mlp']
+            block.prune_projection(last.keep, last.pad)
 
     # ------------------------------------------------------------------ cost
     def cost_terms(self) -> List[CostTerm]:

@@ -1,0 +1,13 @@
+# Demo search: DCS-DeiT-Tiny supernet on the digits set (64x64: 4x4 patches + class token), the
+# same schedule as the DCS-MobileViT-XS demo; one of the four methods compared on DeiT-Tiny by
+# `python tools/demo.py --peers` (DCS, KCR, OFB, DynamicViT).
+#   python tools/train.py configs/demo/dcs-deit-tiny_search_digits.py
+#   python tools/export_subnet.py configs/demo/dcs-deit-tiny_search_digits.py \
+#       work_dirs/dcs-deit-tiny_search_digits/epoch_4.pth --out work_dirs/demo/dcs-deit-tiny_subnet
+_base_ = ['./dcs-mobilevit-xs_search_digits.py']
+
+model = dict(
+    backbone=dict(_delete_=True, type='mmdcs.ViT', arch='deit-tiny', variant='dcs', img_size=64,
+                  out_type='cls_token', drop_path_rate=0.1, gate_init=1.0),
+    neck=None,
+    head=dict(in_channels=192))
