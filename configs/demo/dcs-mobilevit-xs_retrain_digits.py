@@ -23,8 +23,4 @@ model = dict(
     # cross-entropy, so the demo uses η = 1
     regularizer=dict(type='ib', eta=1., t_warm=2),
 )
-custom_hooks = [
-    dict(type='mmdcs.TemperatureHook', start=4.5, factor=0.95, by='epoch'),
-    dict(type='mmdcs.RegularizerHook'),
-    dict(type='EMAHook', momentum=0.01, priority='ABOVE_NORMAL'),
-]
+custom_hooks = _base_.dcs_retrain_hooks

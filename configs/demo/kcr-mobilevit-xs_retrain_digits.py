@@ -6,7 +6,4 @@ subnet = 'work_dirs/demo/kcr_subnet/subnet.json'
 model = dict(
     backbone=dict(subnet=subnet),
     regularizer=dict(_delete_=True, type='kcr', eta=1., t_warm=2, gamma=0.1, route='exact'))
-custom_hooks = [
-    dict(type='mmdcs.RegularizerHook'),
-    dict(type='EMAHook', momentum=0.01, priority='ABOVE_NORMAL'),
-]
+custom_hooks = _base_.kcr_retrain_hooks
