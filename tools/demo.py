@@ -12,6 +12,11 @@
 
 Every step is an ordinary command of this repository (printed as it runs), with its log under
 --work-dir. Run it with `make demo`, which sets up the environment first.
+
+`--peers` runs the comparison of the four methods on one backbone instead (`make demo-peers`):
+a DeiT-Tiny baseline, DCS and KCR (search -> export -> retrain), OFB (search -> export ->
+fine-tune) and DynamicViT (distilled from the baseline), then a table of params, FLOPs, CPU
+latency and top-1 of every final model.
 """
 import argparse
 import json
@@ -59,6 +64,9 @@ def last_scalars(work_dir):
     return values
 
 
+ARCH_LABELS = {'mobilevit-xs': 'MobileViT-XS', 'deit-tiny': 'DeiT-Tiny'}
+
+
 class Demo:
 
     def __init__(self, args):
@@ -69,6 +77,7 @@ class Demo:
         self.cls_root = osp.join(args.data, 'cls')
         self.rows = []
         self.downstream_rows = []
+        self.peer_rows = []
 
     def data_opts(self, epochs):
         root = self.cls_root
@@ -107,14 +116,19 @@ class Demo:
         params, flops = self.complexity(cfg)
         self.rows.append(('MobileViT-XS (baseline)', params, flops, top1, '—'))
 
-    def method(self, kind):
+    def method(self, kind, arch='mobilevit-xs', step=None, rows=None):
+        """Search -> export -> retrain -> evaluate of DCS or KCR on ``arch`` (demo configs
+        ``configs/demo/{kind}-{arch}_{search,retrain}_digits.py``); one row of the table."""
         name = kind.upper()
-        print(f'== {3 if kind == "dcs" else 4}. {name}: search -> export -> retrain', flush=True)
-        search_cfg = f'configs/demo/{kind}-mobilevit-xs_search_digits.py'
-        search_dir = self.train(f'{kind}_search', search_cfg, self.args.epochs)
-        subnet_dir = osp.join(self.work, f'{kind}_subnet')
+        label = ARCH_LABELS[arch]
+        step = step or (3 if kind == 'dcs' else 4)
+        tag = kind if arch == 'mobilevit-xs' else f'{kind}-{arch}'
+        print(f'== {step}. {name}-{label}: search -> export -> retrain', flush=True)
+        search_cfg = f'configs/demo/{kind}-{arch}_search_digits.py'
+        search_dir = self.train(f'{tag}_search', search_cfg, self.args.epochs)
+        subnet_dir = osp.join(self.work, f'{tag}_subnet')
         run([self.py, 'tools/export_subnet.py', search_cfg, last_checkpoint(search_dir), '--out',
-             subnet_dir], osp.join(self.work, f'{kind}_export.log'))
+             subnet_dir], osp.join(self.work, f'{tag}_export.log'))
         subnet = osp.join(subnet_dir, 'subnet.json')
         with open(subnet) as f:
             spec = json.load(f)
@@ -123,12 +137,12 @@ class Demo:
         print(f'  subnet: {kept}/{total} MLP channels kept '
               f'({sum(b["kept"] < b["dim"] for b in spec["blocks"])}/{len(spec["blocks"])} '
               'blocks pruned)', flush=True)
-        retrain_cfg = f'configs/demo/{kind}-mobilevit-xs_retrain_digits.py'
+        retrain_cfg = f'configs/demo/{kind}-{arch}_retrain_digits.py'
         # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, METHOD §4)
         opts = [f'model.backbone.subnet={subnet}',
                 f'model.regularizer.t_warm={self.args.epochs // 2}']
-        retrain_dir = self.train(f'{kind}_retrain', retrain_cfg, self.args.epochs, opts)
-        top1 = self.evaluate(f'{kind}_retrain', retrain_cfg, retrain_dir, opts)
+        retrain_dir = self.train(f'{tag}_retrain', retrain_cfg, self.args.epochs, opts)
+        top1 = self.evaluate(f'{tag}_retrain', retrain_cfg, retrain_dir, opts)
         params, flops = self.complexity(retrain_cfg, opts)
         scalars = last_scalars(retrain_dir)
         if kind == 'dcs':
@@ -137,8 +151,9 @@ class Demo:
         else:
             report = (f"KC {scalars['kcr_kc']:.4f}, TNN {scalars['kcr_tnn']:.3f}"
                       if 'kcr_kc' in scalars else 'n/a')
-        self.rows.append((f'{name}-MobileViT-XS ({kept}/{total} channels)', params, flops, top1,
-                          report))
+        (self.rows if rows is None else rows).append(
+            (f'{name}-{label} ({kept}/{total} channels)', params, flops, top1, report))
+        return retrain_cfg, opts, retrain_dir
 
     def downstream(self):
         print('== 5. downstream: detection and segmentation with the DCS subnet backbone',
@@ -172,7 +187,76 @@ class Demo:
                 metrics = json.load(f)
             self.downstream_rows.append((label, key, metrics[key], metrics))
 
+    # ------------------------------------------------------------------ peer methods
+    def peers(self):
+        """DCS, KCR, OFB and DynamicViT on DeiT-Tiny, same data, epochs and weight lr."""
+        rows, models = [], {}
+        print('== 2. DeiT-Tiny baseline (also the DynamicViT teacher)', flush=True)
+        cfg = 'configs/demo/deit-tiny_digits-cls.py'
+        base_dir = self.train('deit-tiny_baseline', cfg, self.args.epochs)
+        top1 = self.evaluate('deit-tiny_baseline', cfg, base_dir)
+        rows.append(('DeiT-Tiny (baseline)', *self.complexity(cfg), top1, '—'))
+        models['DeiT-Tiny (baseline)'] = (cfg, [])
+        for step, kind in ((3, 'dcs'), (4, 'kcr')):
+            cfg, opts, _ = self.method(kind, 'deit-tiny', step, rows)
+            models[rows[-1][0]] = (cfg, opts)
+
+        print('== 5. OFB-DeiT-Tiny: search (bi-masks, PMIM, unit pruning) -> export -> '
+              'fine-tune', flush=True)
+        search_cfg = 'configs/demo/ofb-deit-tiny_search_digits.py'
+        search_dir = self.train('ofb-deit-tiny_search', search_cfg, self.args.epochs)
+        export_dir = osp.join(self.work, 'ofb-deit-tiny_export')
+        run([self.py, 'tools/ofb_export.py', search_cfg, last_checkpoint(search_dir), '--out',
+             export_dir], osp.join(self.work, 'ofb-deit-tiny_export.log'))
+        cfg = 'configs/demo/ofb-deit-tiny_finetune_digits.py'
+        opts = [f'model.backbone.arch_file={osp.join(export_dir, "arch.json")}',
+                f'load_from={osp.join(export_dir, "compact.pth")}']
+        ft_dir = self.train('ofb-deit-tiny_finetune', cfg, self.args.epochs, opts)
+        top1 = self.evaluate('ofb-deit-tiny_finetune', cfg, ft_dir, opts)
+        rows.append(('OFB-DeiT-Tiny (searched widths)', *self.complexity(cfg, opts), top1, '—'))
+        models[rows[-1][0]] = (cfg, opts)
+
+        print('== 6. DynamicViT-DeiT-Tiny/0.7: token sparsification, distilled from the '
+              'baseline', flush=True)
+        cfg = 'configs/demo/dynamicvit-deit-tiny_digits.py'
+        opts = [f'model.teacher_checkpoint={last_checkpoint(base_dir)}']
+        dyn_dir = self.train('dynamicvit-deit-tiny', cfg, self.args.epochs, opts)
+        top1 = self.evaluate('dynamicvit-deit-tiny', cfg, dyn_dir, opts)
+        scalars = last_scalars(dyn_dir)
+        kept = ', '.join(f'{scalars[k]:.2f}' for k in sorted(scalars) if k.startswith('keep_s'))
+        rows.append(('DynamicViT-DeiT-Tiny/0.7', *self.complexity(cfg, opts), top1,
+                     f'kept tokens {kept}' if kept else '—'))
+        models[rows[-1][0]] = (cfg, opts)
+        self.peer_rows = [r + (ms, ) for r, ms in zip(rows, self.latencies(models))]
+
+    def latencies(self, models, batch=16):
+        """CPU ms per image of every model (eval, batch 16 at 64×64, 1 thread, interleaved
+        rounds, median)."""
+        import torch
+
+        from mmdcs.analysis.latency import time_models
+        from mmdcs.utils.subnet_io import build_model, load_task_config
+        built = {}
+        for name, (config, opts) in models.items():
+            cfg, scope = load_task_config(osp.join(ROOT, config),
+                                          dict(o.split('=', 1) for o in opts))
+            built[name] = build_model(cfg.model, scope).eval()
+        x = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+        times = time_models(built, x, warmup=3, repeats=15, threads=1)
+        return [times[name]['ms_per_image'] for name in models]
+
     def table(self):
+        if self.peer_rows:
+            print('\n== DCS, KCR, OFB and DynamicViT on DeiT-Tiny (digits val set, 64×64, '
+                  f'{self.args.epochs} epochs per run; FLOPs by mmengine.analysis; CPU latency '
+                  'at batch 16, 1 thread, median)')
+            print('| model | params (M) | FLOPs (M) | latency (ms/img) | val top-1 (%) | notes |')
+            print('|---|---|---|---|---|---|')
+            for name, params, flops, top1, note, ms in self.peer_rows:
+                print(f'| {name} | {params:.3f} | {flops:.1f} | {ms:.2f} | {top1:.2f} | '
+                      f'{note} |')
+        if not self.rows:
+            return
         print('\n== results (digits val set, 64×64; FLOPs counted by mmengine.analysis)')
         print('| model | params (M) | FLOPs (M) | val top-1 (%) | IB / KC (last epoch) |')
         print('|---|---|---|---|---|')
@@ -194,6 +278,10 @@ def main():
     parser.add_argument('--data', default='data/digits')
     parser.add_argument('--epochs', type=int, default=4,
                         help='epochs of every classification run')
+    parser.add_argument('--peers', action='store_true',
+                        help='instead of the main job: compare DCS, KCR, OFB and DynamicViT on '
+                        'DeiT-Tiny (same data, epochs, weight lr); prints params, FLOPs, CPU '
+                        'latency and top-1 of each final model')
     parser.add_argument('--quick', action='store_true',
                         help='a smoke run of every step: 1 epoch of each classification run, '
                         '1 detection epoch, 20 segmentation iterations')
@@ -205,10 +293,13 @@ def main():
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)
     run([demo.py, 'tools/data/build_digits.py', '--out', args.data, '--skip-existing'],
         osp.join(demo.work, 'data.log'))
-    demo.baseline()
-    demo.method('dcs')
-    demo.method('kcr')
-    demo.downstream()
+    if args.peers:
+        demo.peers()
+    else:
+        demo.baseline()
+        demo.method('dcs')
+        demo.method('kcr')
+        demo.downstream()
     demo.table()
     print(f'\ndemo finished in {(time.time() - t0) / 60:.1f} min; work dirs under {args.work_dir}')
 

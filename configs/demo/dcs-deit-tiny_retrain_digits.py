@@ -9,3 +9,5 @@ model = dict(
                   out_type='cls_token', drop_path_rate=0.1),
     neck=None,
     head=dict(in_channels=192))
+# the weight rate of the DeiT-Tiny demos (see configs/demo/deit-tiny_digits-cls.py)
+optim_wrapper = dict(optimizer=dict(lr=5e-4, weight_decay=0.05))
