@@ -61,7 +61,8 @@ fi
 
 # pip, without the machine-level warnings about find-links folders that do not exist here
 pip_quiet() {
-    "$PY" -m pip "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2)
+    # (`|| true`: grep exits 1 when it passes nothing on, which is not a failure of pip)
+    "$PY" -m pip "$@" 2> >(grep -v "^WARNING: Location 'file://.*' is ignored" >&2 || true)
 }
 
 step "create the virtualenv at $VENV"
