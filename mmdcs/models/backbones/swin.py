@@ -106,15 +106,11 @@ class PatchEmbed(nn.Module):
         return self.norm(self.proj(x).permute(0, 2, 3, 1))
 
 
-class WindowAttention(DCSAttention):
-    """Window attention with relative position bias (timm's ``WindowAttention`` parameters) and
-    the per-token Q/K channel mask of DCS inside every window."""
+class RelativePositionBiasMixin:
+    """The relative position bias of a window attention (timm's parameter
+    ``relative_position_bias_table``), shared by :class:`WindowAttention` and OFB's."""
 
-    def __init__(self, dim: int, num_heads: int, window_size: Size, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0., qk_select: Optional[str] = None,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
-        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, qk_select,
-                         gate_init=gate_init, tau=tau)
+    def init_relative_position_bias(self, window_size: Size, num_heads: int) -> None:
         self.window_size = tuple(window_size)
         wh, ww = self.window_size
         self.relative_position_bias_table = nn.Parameter(
@@ -134,6 +130,18 @@ class WindowAttention(DCSAttention):
         n = window[0] * window[1]
         bias = self.relative_position_bias_table[index.view(-1)].view(n, n, -1)
         return bias.permute(2, 0, 1)
+
+
+class WindowAttention(RelativePositionBiasMixin, DCSAttention):
+    """Window attention with relative position bias (timm's ``WindowAttention`` parameters) and
+    the per-token Q/K channel mask of DCS inside every window."""
+
+    def __init__(self, dim: int, num_heads: int, window_size: Size, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0., qk_select: Optional[str] = None,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, qk_select,
+                         gate_init=gate_init, tau=tau)
+        self.init_relative_position_bias(window_size, num_heads)
 
     def forward(self, x: Tensor, window: Size, mask: Optional[Tensor] = None) -> Tensor:
         """x: (B·nW, N, C) windowed tokens; mask: (nW, N, N) shifted-window mask or None."""
