@@ -19,6 +19,8 @@ breakdown (``torch.profiler``) to find where they part.
 * :func:`latency_pair` — one arch: baseline and the subnet (random at a kept ratio with the
   paper's variant, or a given subnet), every batch size and device.
 * :func:`latency_table` / :func:`format_latency_table` — several archs.
+* :func:`plain_baseline` — the unpruned plain backbone a peer method's backbone (OFB, DynamicViT)
+  compresses, to time it against.
 """
 import contextlib
 import os
@@ -249,6 +251,27 @@ def _size(size: Union[None, int, Sequence[int]], arch: str) -> Size:
     return (int(size[0]), int(size[-1]))
 
 
+#: archs of the peer methods' backbones (DeiT names) → the plain backbones' archs
+PEER_ARCH_ALIASES = {'deit-s': 'vit-s16', 'deit-b': 'vit-b16'}
+
+
+def is_peer_backbone(backbone: nn.Module) -> bool:
+    """Whether ``backbone`` is one of the peer methods' (OFB or DynamicViT / DynamicSwin)."""
+    from mmdcs.models.backbones.dynamic_swin import DynamicSwin
+    from mmdcs.models.backbones.dynamic_vit import DynamicViT
+    from mmdcs.peers.ofb.supernet import OFBSupernetMixin
+    return isinstance(backbone, (DynamicViT, DynamicSwin, OFBSupernetMixin))
+
+
+def plain_baseline(backbone: nn.Module, input_size: Size, seed: int = 0) -> nn.Module:
+    """The plain, unpruned backbone of the family and arch of ``backbone`` (e.g. an exported
+    ``OFBViT`` of DeiT-S → ``ViT('vit-s16', variant='baseline')``) at ``input_size``, eval mode,
+    random weights."""
+    arch = PEER_ARCH_ALIASES.get(backbone.arch, backbone.arch)
+    torch.manual_seed(seed)
+    return build_backbone(arch, 'baseline', None, input_size)
+
+
 def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                subnet: Union[None, str, dict, SubnetSpec] = None,
                input_size: Union[None, int, Sequence[int]] = None, seed: int = 0,
@@ -300,7 +323,9 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         threads: CPU intra-op threads (``torch.set_num_threads``) during the CPU timing.
         warmup, repeats, number: see :func:`time_models`.
         tolerance: allowed |latency ratio − FLOPs ratio|.
-        models: (baseline, subnet) already built (then ratio/variant/subnet only label the row).
+        models: (baseline, subnet) already built (then ratio and variant only label the row:
+            ``ratio`` unless the subnet has a ``subnet_spec``, ``variant`` or the subnet's;
+            ``ratio=None`` shows no kept ratio).
 
     Returns:
         one dict per (device, batch): model, variant, kept_ratio, input, device, batch, threads,
@@ -316,8 +341,9 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         kept, var = spec.kept_ratio, spec.variant
     else:
         base, sub = models
-        kept = getattr(getattr(sub, 'subnet_spec', None), 'kept_ratio', ratio)
-        var = getattr(sub, 'variant', variant or '?')
+        spec = getattr(sub, 'subnet_spec', None)
+        kept = spec.kept_ratio if spec is not None else ratio
+        var = variant or getattr(sub, 'variant', '?')
     base_flops = count_flops(base, size)
     sub_flops = count_flops(sub, size)
     flops_ratio = sub_flops / base_flops
@@ -365,6 +391,10 @@ def latency_table(models: Iterable[str] = LATENCY_MODELS, ratio: float = 0.7,
     return rows
 
 
+def _kept(ratio: Optional[float]) -> str:
+    return '—' if ratio is None else f'{ratio:.2f}'
+
+
 def format_latency_table(rows: Sequence[dict]) -> str:
     """Markdown table of :func:`latency_pair` rows."""
     head = ('| model | variant | kept | input | device | batch | threads | baseline ms/img | '
@@ -372,7 +402,7 @@ def format_latency_table(rows: Sequence[dict]) -> str:
     lines = [head, '|' + '---|' * 14]
     for r in rows:
         lines.append(
-            f'| {r["model"]} | {r["variant"]} | {r["kept_ratio"]:.2f} | {r["input"]} | '
+            f'| {r["model"]} | {r["variant"]} | {_kept(r["kept_ratio"])} | {r["input"]} | '
             f'{r["device"]} | {r["batch"]} | {r["threads"]} | {r["base_ms"]:.2f} | '
             f'{r["sub_ms"]:.2f} | {r["latency_ratio"]:.3f} | '
             f'{r.get("latency_ratio_min", float("nan")):.3f} | {r["flops_ratio"]:.3f} | '

@@ -117,3 +117,24 @@ def test_cli_bad_input(capsys):
         tool.main(['--models', 'no-such-arch', '--repeats', '1'])
     assert e.value.code == 2
     assert 'unknown arch' in capsys.readouterr().err
+
+
+def test_cli_peer_method_config_against_the_plain_backbone(tmp_path, capsys):
+    """A DynamicViT config is timed against the plain ViT of its arch (no teacher needed)."""
+    tool = _tool()
+    out_json = str(tmp_path / 'rows.json')
+    rows = tool.main(['--config', osp.join(ROOT, 'configs/demo/dynamicvit-deit-tiny_digits.py'),
+                      '--batch-sizes', '1', '--warmup', '1', '--repeats', '2', '--devices',
+                      'cpu', '--json', out_json])
+    assert len(rows) == 1
+    r = rows[0]
+    assert r['model'] == 'deit-tiny' and r['variant'] == 'DynamicViT' and r['input'] == '64x64'
+    assert abs(r['kept_ratio'] - 0.7) < 1e-9
+    # tokens dropped at 3 stages: clearly fewer FLOPs than the plain DeiT-Tiny
+    assert 0.5 < r['flops_ratio'] < 0.85
+    assert '| deit-tiny | DynamicViT | 0.70 | 64x64 |' in format_latency_table(rows)
+    with pytest.raises(SystemExit) as e:  # --subnet is for DCS/KCR backbones
+        tool.main(['--config', osp.join(ROOT, 'configs/demo/dynamicvit-deit-tiny_digits.py'),
+                   '--subnet', str(tmp_path / 'subnet.json'), '--repeats', '1'])
+    assert e.value.code == 2
+    assert '--subnet is for DCS/KCR backbones' in capsys.readouterr().err

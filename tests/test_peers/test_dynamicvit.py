@@ -459,6 +459,11 @@ def _build(model_cfg):
         return MODELS.build(copy.deepcopy(model_cfg))
 
 
+def _inputs_and_samples(model, batch):
+    data = model.data_preprocessor(batch, True)
+    return data['inputs'], data['data_samples']
+
+
 def _fake_batch(n=4, size=64):
     from mmpretrain.structures import DataSample
     g = torch.Generator().manual_seed(0)
@@ -518,17 +523,29 @@ def test_teacher_checkpoint_errors(tmp_path):
     cfg = _demo_cfg(tmp_path)
     missing = copy.deepcopy(cfg.model)
     missing.teacher_checkpoint = str(tmp_path / 'nope.pth')
+    student = _build(missing)
+    # evaluation and measurement of a trained student need no teacher
+    student.eval()
+    assert len(student.val_step(_fake_batch(2))) == 2
+    # training does: the first loss (or init_weights) builds it and says what is wrong
+    student.train()
     with pytest.raises(FileNotFoundError, match='nope.pth.*not found'):
-        _build(missing)
+        student.loss(*_inputs_and_samples(student, _fake_batch(2)))
+    with pytest.raises(FileNotFoundError, match='nope.pth.*not found'):
+        student.init_weights()
     none = copy.deepcopy(cfg.model)
     none.teacher_checkpoint = None
     with pytest.raises(ValueError, match='teacher_checkpoint is required'):
-        _build(none)
+        _build(none).teacher
     torch.save({'state_dict': {'backbone.norm.weight': torch.ones(3)}}, tmp_path / 'bad.pth')
     bad = copy.deepcopy(cfg.model)
     bad.teacher_checkpoint = str(tmp_path / 'bad.pth')
     with pytest.raises(KeyError, match='does not fit the teacher'):
-        _build(bad)
+        _build(bad).teacher
+    wrong = copy.deepcopy(cfg.model)
+    wrong.teacher = 'vit'
+    with pytest.raises(TypeError, match='teacher must be a model config dict'):
+        _build(wrong)
     plain = copy.deepcopy(cfg.model)
     plain.backbone = dict(type='mmdcs.ViT', arch='deit-tiny', img_size=64)
     with pytest.raises(ValueError, match='DynamicViT or DynamicSwin backbone'):

@@ -144,6 +144,7 @@ def run_config(args) -> list:
 
 def main(argv=None):
     args = parse_args(argv)
+    from mmdcs.peers.ofb.arch import ArchFileError
     from mmdcs.selection import SubnetError
     with user_errors():
         try:
@@ -151,7 +152,7 @@ def main(argv=None):
                 run_table(args)
             else:
                 run_config(args)
-        except SubnetError as e:
+        except (SubnetError, ArchFileError) as e:
             raise UserError(str(e)) from e
 
 

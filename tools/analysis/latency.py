@@ -18,6 +18,13 @@ the same backbone with variant='baseline' and no subnet:
 
     python tools/analysis/latency.py --config CONFIG [--subnet subnet.json] ...
 
+A peer method's model (OFB: a fine-tune config with its arch.json; DynamicViT / DynamicSwin: the
+config, tokens pruned at inference) against the plain backbone of the same arch:
+
+    python tools/analysis/latency.py --config configs/ofb/ofb-deit-s_finetune_in1k.py \
+        --cfg-options model.backbone.arch_file=work_dirs/.../export/arch.json
+    python tools/analysis/latency.py --config configs/dynamicvit/dynamicvit-deit-s_0.7_in1k.py
+
 Per model and batch: ms/image of the baseline and of the subnet (median of interleaved timed
 rounds after warm-up, eval mode, torch.inference_mode, fixed threads; CUDA timed with
 torch.cuda.synchronize when available), the latency ratio, the FLOPs ratio, and whether they
@@ -98,15 +105,24 @@ def parse_args(argv=None):
 def _config_pair(args):
     """(arch label, baseline backbone, subnet backbone, input size) of a config."""
     import copy
+    from mmdcs.analysis.latency import is_peer_backbone, plain_baseline
     from mmdcs.selection import SubnetSpec
     from mmdcs.utils.subnet_io import (backbone_cfg_of, build_model, config_input_size,
                                        load_task_config, mmdcs_backbone, with_subnet)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model_cfg = cfg.model
     if args.subnet:
+        btype = str(backbone_cfg_of(model_cfg).get('type', ''))
+        if 'OFB' in btype or 'Dynamic' in btype:
+            raise UserError(f'{args.config}: --subnet is for DCS/KCR backbones, not {btype} (an '
+                            'OFB network takes --cfg-options model.backbone.arch_file=arch.json)')
         SubnetSpec.coerce(args.subnet)
         model_cfg = with_subnet(model_cfg, args.subnet)
     sub_model = build_model(model_cfg, scope).eval()
+    peer = getattr(sub_model, 'backbone', sub_model)
+    if is_peer_backbone(peer):
+        size = (args.size, args.size) if args.size else config_input_size(cfg, peer)[0]
+        return peer.arch, plain_baseline(peer, size), peer, size
     sub = mmdcs_backbone(sub_model)
     if sub is None:
         raise UserError(f'{args.config}: the backbone is not an mmdcs backbone')
@@ -130,16 +146,20 @@ def run(args):
     import torch
     from mmdcs.analysis.complexity import TABLE_MODELS, backbone_class
     from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,
-                                        format_op_groups, format_profile, latency_pair,
-                                        op_groups, profile_ops)
+                                        format_op_groups, format_profile, is_peer_backbone,
+                                        latency_pair, op_groups, profile_ops)
     from mmdcs.selection import SubnetError, SubnetSpec
     common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
                   warmup=args.warmup, repeats=args.repeats, number=args.number,
                   tolerance=args.tolerance, seed=args.seed)
     jobs = []  # (arch, callable building (base, sub, size))
+    label = {}  # config mode, peer methods: ratio and variant of the row
     if args.config:
         arch, base, sub, size = _config_pair(args)
         jobs.append((arch, lambda: (base, sub, size)))
+        if is_peer_backbone(sub):
+            label = dict(variant=type(sub).__name__,
+                         ratio=(getattr(sub, 'keep_ratios', None) or [None])[0])
     elif args.subnet:
         try:
             spec = SubnetSpec.coerce(args.subnet)
@@ -175,7 +195,8 @@ def run(args):
     for arch, make in jobs:
         t0 = time.perf_counter()
         base, sub, size = make()
-        new = latency_pair(arch, args.ratio, input_size=size, models=(base, sub), **common)
+        new = latency_pair(arch, label.get('ratio', args.ratio), label.get('variant'),
+                           input_size=size, models=(base, sub), **common)
         rows += new
         for r in new:
             print(f'{arch}: {r["device"]} batch {r["batch"]}: baseline {r["base_ms"]:.2f} '
@@ -215,11 +236,12 @@ def run(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    from mmdcs.peers.ofb.arch import ArchFileError
     from mmdcs.selection import SubnetError
     with user_errors():
         try:
             return run(args)
-        except SubnetError as e:
+        except (SubnetError, ArchFileError) as e:
             raise UserError(str(e)) from e
 
 

@@ -9,7 +9,9 @@ terms of :class:`~mmdcs.peers.dynamicvit.DynamicViTLoss`, logged separately: ``l
 the teacher's final tokens), plus the mean kept fraction of every stage (``keep_s1``, …).
 
 The teacher is held outside the module tree: it is in no optimizer, no checkpoint and no DDP
-wrapper, stays in eval mode and follows the inputs' device. By default the student starts from the
+wrapper, stays in eval mode and follows the inputs' device. It is built and loaded when training
+first needs it (``init_weights`` or the first ``loss``), so evaluating, exporting or measuring a
+trained student (``tools/test.py``, ``tools/analysis/complexity.py``) needs no teacher checkpoint. By default the student starts from the
 teacher's weights (``init_from_teacher``; the public code loads the same pretrained weights into
 both), the predictors (and DynamicSwin's fast paths) from their own initialisation.
 """
@@ -38,7 +40,8 @@ class DynamicViTClassifier(ImageClassifier):
         teacher: the model config of the unpruned classifier (e.g. the ``model`` of
             ``configs/_base_/models/vit_deit-tiny.py``); same backbone family and head.
         teacher_checkpoint: its trained weights (an mmengine checkpoint or a state dict, e.g. a
-            timm model converted by ``tools/convert/timm_to_mmdcs.py``).
+            timm model converted by ``tools/convert/timm_to_mmdcs.py``); required for training
+            only, checked when the teacher is first used.
         ratio_weight: λ_ratio (public: 2.0 DeiT-S, 5.0 DeiT-B, 10.0 Swin).
         kl_weight: λ_KL (public 0.5).
         distill_weight: λ_distill (public 0.5).
@@ -67,21 +70,28 @@ class DynamicViTClassifier(ImageClassifier):
                              f'got {type(self.backbone).__name__}')
         self.criterion = DynamicViTLoss(ratio_weight, kl_weight, distill_weight)
         self.init_from_teacher = init_from_teacher
-        # outside the module tree: no optimizer, checkpoint or DDP sees it
-        self.__dict__['_teacher'] = self._build_teacher(teacher, teacher_checkpoint)
+        if not isinstance(teacher, dict):
+            raise TypeError(f'DynamicViTClassifier: teacher must be a model config dict, got '
+                            f'{type(teacher).__name__}')
+        self._teacher_cfg = dict(teacher)
+        self.teacher_checkpoint = teacher_checkpoint
+        # outside the module tree: no optimizer, checkpoint or DDP sees it; built on first use
+        self.__dict__['_teacher'] = None
 
     # --------------------------------------------------------------------- teacher
     @property
     def teacher(self) -> nn.Module:
+        """The frozen teacher, built and loaded from ``teacher_checkpoint`` on first access."""
+        if self.__dict__['_teacher'] is None:
+            self.__dict__['_teacher'] = self._build_teacher(self._teacher_cfg,
+                                                            self.teacher_checkpoint)
         return self.__dict__['_teacher']
 
     def _build_teacher(self, cfg: dict, checkpoint: Optional[str]) -> nn.Module:
-        if not isinstance(cfg, dict):
-            raise TypeError(f'DynamicViTClassifier: teacher must be a model config dict, got '
-                            f'{type(cfg).__name__}')
         if not checkpoint:
-            raise ValueError('DynamicViTClassifier: teacher_checkpoint is required (the weights '
-                             'of the unpruned baseline the student is distilled from)')
+            raise ValueError('DynamicViTClassifier: teacher_checkpoint is required for training '
+                             '(the weights of the unpruned baseline the student is distilled '
+                             'from)')
         if not osp.isfile(checkpoint):
             raise FileNotFoundError(
                 f'DynamicViTClassifier: teacher_checkpoint {checkpoint!r} not found: train the '
