@@ -1,5 +1,5 @@
-# Demo retraining of the searched DCS-MobileViT-XS subnet with the IB bound (η = 50 after
-# t_warm = 2 of 4 epochs). The subnet file comes from tools/export_subnet.py:
+# Demo retraining of the searched DCS-MobileViT-XS subnet with the IB bound (η = 1 after
+# t_warm = 2 of 4 epochs, EMA). The subnet file comes from tools/export_subnet.py:
 #   python tools/train.py configs/demo/dcs-mobilevit-xs_retrain_digits.py \
 #       --cfg-options model.backbone.subnet=work_dirs/demo/dcs_subnet/subnet.json
 _base_ = [

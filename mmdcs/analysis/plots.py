@@ -48,7 +48,7 @@ FIGURES: Dict[str, List[Tuple[str, str, List[str]]]] = OrderedDict(
     ],
 )
 #: legend names of keys drawn together in one panel
-KEY_LABELS = {'loss_ib': 'η·IBB (loss_ib)', 'loss_kcr': 'η·KCR (loss_kcr)',
+KEY_LABELS = {'loss_ib': 'η·IBB, variational part (loss_ib)', 'loss_kcr': 'η·KCR (loss_kcr)',
               'arch_loss_cost': 'arch_loss_cost', 'loss_cost': 'loss_cost'}
 _SKIP = {'epoch', 'iter', 'step', 'time', 'data_time', 'memory'}
 

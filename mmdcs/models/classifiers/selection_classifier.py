@@ -5,8 +5,10 @@
 * ``cost`` (the search): on an *architecture* step, ``loss_cost = λ·log cost(α)`` from the
   backbone's cost model (and an optional gate-entropy term), added to the cross-entropy; on a
   *weight* step only the cross-entropy (the search loop says which step it is);
-* ``regularizer`` (the retraining): ``loss_ib = η·IBB_j`` (DCS) or ``loss_kcr = η·KCR_j`` (KCR)
-  on the pre-logit features X̃, once the epoch reaches ``t_warm``. The streaming statistics
+* ``regularizer`` (the retraining): ``loss_ib = η·IBB_j`` (DCS; the variational part of IBB_j,
+  which carries its whole gradient; the whole bound is logged as ``ibb``, the part that depends
+  on the inputs only as ``ibb_const``) or ``loss_kcr = η·KCR_j`` (KCR) on the pre-logit
+  features X̃, once the epoch reaches ``t_warm``. The streaming statistics
   of the bound are fed here, every training batch; ``RegularizerHook`` refreshes them at epoch
   end, switches the term on after ``t_warm``, logs the reports and saves/restores the state.
 """
