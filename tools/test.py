@@ -79,6 +79,13 @@ def merge_args(cfg, args, scope):
         cfg.test_dataloader.pin_memory = False
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+    # CHECKPOINT is what is evaluated, whatever the options say (e.g. the `load_from` of a
+    # fine-tuning run's options, reused here: it names the weights training started from)
+    given = (args.cfg_options or {}).get('load_from', None)
+    if given is not None and given != args.checkpoint:
+        print(f'note: --cfg-options load_from={given} is ignored: tools/test.py evaluates '
+              f'{args.checkpoint}', file=sys.stderr)
+    cfg.load_from = args.checkpoint
     return cfg
 
 

@@ -106,3 +106,23 @@ def test_missing_task_package_is_named(tmp_path, run_tool):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "needs the package 'mmdet'" in proc.stderr
     assert 'pip install mmdet==3.3.0' in proc.stderr
+
+
+def test_test_py_evaluates_the_checkpoint_given_whatever_load_from_says(tmp_path, capsys):
+    """--cfg-options load_from=... (e.g. reused from a fine-tuning run) must not replace the
+    CHECKPOINT argument of tools/test.py."""
+    import importlib.util
+    from mmdcs.utils.launch import load_config
+    root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location('mmdcs_tool_test',
+                                                  osp.join(root, 'tools', 'test.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    ckpt = tmp_path / 'epoch_4.pth'
+    ckpt.write_bytes(b'')
+    cfg_path = osp.join(root, CFG)
+    args = tool.parse_args([cfg_path, str(ckpt), '--work-dir', str(tmp_path), '--cfg-options',
+                            'load_from=work_dirs/export/compact.pth'])
+    cfg = tool.merge_args(load_config(cfg_path), args, 'mmpretrain')
+    assert cfg.load_from == str(ckpt)
+    assert 'load_from=work_dirs/export/compact.pth is ignored' in capsys.readouterr().err
