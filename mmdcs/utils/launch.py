@@ -202,6 +202,12 @@ def user_errors() -> Iterator[None]:
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
+    except FileNotFoundError as e:
+        # a file the config or the command line names (a checkpoint, an arch/subnet file, a
+        # teacher); the message names it
+        msg = str(e) if not e.filename else f'file not found: {e.filename}'
+        print(f'error: {msg}', file=sys.stderr)
+        sys.exit(2)
     except KeyError as e:
         msg = str(e.args[0]) if e.args else str(e)
         if ' is not in the ' in msg and ' registry' in msg:

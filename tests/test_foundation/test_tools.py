@@ -126,3 +126,17 @@ def test_test_py_evaluates_the_checkpoint_given_whatever_load_from_says(tmp_path
     cfg = tool.merge_args(load_config(cfg_path), args, 'mmpretrain')
     assert cfg.load_from == str(ckpt)
     assert 'load_from=work_dirs/export/compact.pth is ignored' in capsys.readouterr().err
+
+
+def test_missing_teacher_checkpoint_is_one_clear_error_before_training(tiny_digits, tmp_path,
+                                                                       run_tool):
+    """A missing file found while the runner starts (here DynamicViT's teacher, loaded by
+    init_weights before the first iteration) is one line and exit code 2, no traceback."""
+    proc = run_tool(['tools/train.py', 'configs/demo/dynamicvit-deit-tiny_digits.py',
+                     '--work-dir', str(tmp_path), '--cfg-options',
+                     'model.teacher_checkpoint=/nonexistent/teacher.pth'] +
+                    _data_opts(tiny_digits))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "teacher_checkpoint '/nonexistent/teacher.pth' not found" in proc.stderr
+    assert 'Traceback' not in proc.stderr
+    assert not osp.exists(osp.join(str(tmp_path), 'epoch_1.pth'))
