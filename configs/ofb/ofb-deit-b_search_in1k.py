@@ -11,7 +11,7 @@
 #   bash tools/dist_train.sh configs/ofb/ofb-deit-b_finetune_in1k.py 8
 _base_ = [
     '../_base_/models/vit_vit-b16.py',
-    '../_base_/datasets/imagenet_bs128_deit_224.py',
+    '../_base_/datasets/imagenet_bs128_deit_224_repeat-aug.py',
     '../_base_/schedules/ofb_search_100e.py',
     '../_base_/default_runtime.py',
 ]

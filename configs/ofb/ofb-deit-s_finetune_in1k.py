@@ -7,7 +7,7 @@
 # Another export: --cfg-options model.backbone.arch_file=DIR/arch.json load_from=DIR/compact.pth
 _base_ = [
     '../_base_/models/vit_vit-s16.py',
-    '../_base_/datasets/imagenet_bs128_deit_224.py',
+    '../_base_/datasets/imagenet_bs128_deit_224_repeat-aug.py',
     '../_base_/schedules/ofb_finetune_300e.py',
     '../_base_/default_runtime.py',
 ]

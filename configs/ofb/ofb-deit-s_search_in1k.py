@@ -17,7 +17,7 @@
 # find_unused_parameters=True) (the finished groups' alpha gets no gradient).
 _base_ = [
     '../_base_/models/vit_vit-s16.py',
-    '../_base_/datasets/imagenet_bs128_deit_224.py',
+    '../_base_/datasets/imagenet_bs128_deit_224_repeat-aug.py',
     '../_base_/schedules/ofb_search_100e.py',
     '../_base_/default_runtime.py',
 ]

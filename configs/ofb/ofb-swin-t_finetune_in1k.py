@@ -4,7 +4,7 @@
 #   bash tools/dist_train.sh configs/ofb/ofb-swin-t_finetune_in1k.py 8
 _base_ = [
     '../_base_/models/swin_swin-t.py',
-    '../_base_/datasets/imagenet_bs128_deit_224.py',
+    '../_base_/datasets/imagenet_bs128_deit_224_repeat-aug.py',
     '../_base_/schedules/ofb_finetune_300e.py',
     '../_base_/default_runtime.py',
 ]

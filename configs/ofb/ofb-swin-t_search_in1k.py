@@ -13,7 +13,7 @@
 #   bash tools/dist_train.sh configs/ofb/ofb-swin-t_finetune_in1k.py 8
 _base_ = [
     '../_base_/models/swin_swin-t.py',
-    '../_base_/datasets/imagenet_bs128_deit_224.py',
+    '../_base_/datasets/imagenet_bs128_deit_224_repeat-aug.py',
     '../_base_/schedules/ofb_search_100e.py',
     '../_base_/default_runtime.py',
 ]

@@ -1,6 +1,7 @@
 """DynamicViT / DynamicSwin: exact token counts at inference, attention masking in training, ρ = 1
 equals the plain network, gather/restore, the loss terms, the frozen teacher, dense outputs for
 mmdet / mmseg, the configs, and the backbone-freeze hook across a resume."""
+import glob
 import copy
 import math
 import os.path as osp
@@ -556,7 +557,9 @@ def test_teacher_checkpoint_errors(tmp_path):
                                   'demo/dynamicvit-deit-tiny_digits.py',
                                   'dynamicvit/dynamicvit-deit-s_0.7_in1k.py',
                                   'dynamicvit/dynamicvit-deit-b_0.7_in1k.py',
-                                  'dynamicvit/dynamicswin-t_0.7_in1k.py'])
+                                  'dynamicvit/dynamicswin-t_0.7_in1k.py',
+                                  'dynamicvit/dynamicswin-s_0.7_in1k.py',
+                                  'dynamicvit/dynamicswin-b_0.7_in1k.py'])
 def test_configs_dump_and_reload(name, tmp_path):
     """The runner writes the resolved config (the teacher's model config inlined) into its work
     dir; that file must load back."""
@@ -591,7 +594,12 @@ def test_full_scale_configs_build(tmp_path):
         'dynamicvit-deit-s_0.7_in1k.py': ('DynamicViT', 'deit-s', 2.0, 0.01, 30, 5, 1e-3),
         'dynamicvit-deit-b_0.7_in1k.py': ('DynamicViT', 'deit-b', 5.0, 0.01, 30, 5, 1e-3),
         'dynamicswin-t_0.7_in1k.py': ('DynamicSwin', 'swin-t', 10.0, 0.2, 120, 20, 4e-3),
+        'dynamicswin-s_0.7_in1k.py': ('DynamicSwin', 'swin-s', 10.0, 0.2, 120, 20, 4e-3),
+        'dynamicswin-b_0.7_in1k.py': ('DynamicSwin', 'swin-b', 10.0, 0.2, 120, 20, 4e-3),
     }
+    on_disk = sorted(osp.basename(p) for p in glob.glob(osp.join(ROOT, 'configs/dynamicvit',
+                                                                  'dynamic*_in1k.py')))
+    assert on_disk == sorted(expected)  # a new ImageNet config comes with its settings here
     for name, (bb, arch, ratio_w, scale, epochs, warmup, lr) in expected.items():
         cfg = Config.fromfile(osp.join(ROOT, 'configs/dynamicvit', name))
         m = cfg.model
@@ -608,6 +616,15 @@ def test_full_scale_configs_build(tmp_path):
         assert cfg.train_dataloader.batch_size == 128
         if arch == 'deit-b':  # the same code as DeiT-S; spare writing a 350 MB teacher
             assert m.teacher.backbone.arch == 'vit-b16' and m.backbone.drop_path_rate == 0.2
+            continue
+        if arch in ('swin-s', 'swin-b'):  # main.py: 'swin-s' / 'swin-b', README: drop path
+            assert m.teacher.backbone.arch == arch and m.teacher.backbone.variant == 'baseline'
+            assert m.backbone.pruning_loc == (2, 4, 6) and m.backbone.out_indices == (3, )
+            assert m.backbone.drop_path_rate == {'swin-s': 0.2, 'swin-b': 0.5}[arch]
+            assert m.head.in_channels == m.teacher.head.in_channels == {'swin-s': 768,
+                                                                        'swin-b': 1024}[arch]
+            assert m.teacher_checkpoint == f'checkpoints/{arch}_in1k.pth'
+            assert cfg.optim_wrapper.accumulative_counts == 4
             continue
         from mmengine.registry import DefaultScope
 

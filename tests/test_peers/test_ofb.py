@@ -1,6 +1,7 @@
 """Once-for-Both (OFB): bi-mask, losses, compression with optimizer state, fusion, PMIM, export,
-arch files, the demo config and a resumed search."""
+arch files, the demo config, the ImageNet configs and a resumed search."""
 import copy
+import glob
 import json
 import math
 import os.path as osp
@@ -517,3 +518,105 @@ def test_swin_search_compress_fuse_and_export_are_exact():
         bad = copy.deepcopy(arch)
         bad['stages'][2]['blocks'][1]['num_heads'] = 13
         _swin(search=None, arch_file=bad)
+
+
+# ----------------------------------------------------------------------------- ImageNet configs
+OFB_CONFIGS = {  # name: (backbone, arch, target GFLOPs of the search, search epochs)
+    'ofb-deit-s': ('OFBViT', 'deit-s', 1.0, 100),
+    'ofb-deit-b': ('OFBViT', 'deit-b', 3.6, 200),
+    'ofb-swin-t': ('OFBSwin', 'swin-t', 2.6, 100),
+}
+
+
+def _ofb_cfg(name):
+    return Config.fromfile(osp.join(ROOT, 'configs/ofb', f'{name}_in1k.py'))
+
+
+def test_full_scale_configs_have_the_public_settings():
+    """Every ImageNet config: the public defaults (search.py / finetune.py / run_exp.sh), DeiT's
+    repeated augmentation for both stages, and the sampler resolves from the config's scope."""
+    from mmengine.registry import DATA_SAMPLERS
+    on_disk = sorted(osp.basename(p)[:-len('_in1k.py')]
+                     for p in glob.glob(osp.join(ROOT, 'configs/ofb', '*_in1k.py')))
+    assert on_disk == sorted(f'{n}_{s}' for n in OFB_CONFIGS for s in ('search', 'finetune'))
+    for name, (backbone, arch, target, epochs) in OFB_CONFIGS.items():
+        search, finetune = _ofb_cfg(f'{name}_search'), _ofb_cfg(f'{name}_finetune')
+        for cfg in (search, finetune):
+            assert cfg.default_scope == 'mmpretrain'
+            b = cfg.model.backbone
+            assert (cfg.model.type, b.type, b.arch, b.img_size) == (
+                'mmdcs.OFBClassifier', f'mmdcs.{backbone}', arch, 224)
+            assert cfg.train_dataloader.batch_size == 128 == cfg.auto_scale_lr.base_batch_size / 8
+            sampler = {k: v for k, v in cfg.train_dataloader.sampler.items() if k != '_scope_'}
+            assert sampler == dict(type='RepeatAugSampler', shuffle=True, num_repeats=3)
+            loss = cfg.model.head.loss
+            assert (loss.type, loss.label_smooth_val, loss.mode, loss.get('loss_weight', 1.)) == (
+                'LabelSmoothLoss', 0.1, 'original', 1.)
+        assert search.model.search.target_flops == target
+        assert 'arch_file' not in search.model.backbone
+        assert search.train_cfg.max_epochs == epochs == search.param_scheduler[1].end
+        assert search.optim_wrapper.optimizer.lr == pytest.approx(1e-3)
+        assert search.model_wrapper_cfg.find_unused_parameters
+        hook = search.custom_hooks[0]
+        assert (hook.type, hook.warmup_epochs, hook.threshold) == ('mmdcs.OFBSearchHook', 20, 0.2)
+        assert search.load_from == f'work_dirs/pretrained/{arch}_in1k.pth'
+        export = f'work_dirs/{name}_search_in1k/export'
+        assert finetune.model.backbone.arch_file == f'{export}/arch.json'
+        assert finetune.load_from == f'{export}/compact.pth'
+        assert finetune.train_cfg.max_epochs == 300
+        assert finetune.optim_wrapper.optimizer.lr == pytest.approx(6e-4)
+        assert finetune.optim_wrapper.paramwise_cfg.layer_decay_rate == 0.95
+        assert finetune.custom_hooks == [dict(type='EMAHook', momentum=4e-5,
+                                              priority='ABOVE_NORMAL')]
+    # the sampler of the configs, as the runner builds it (mmpretrain's scope)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        sampler = DATA_SAMPLERS.build(dict(search.train_dataloader.sampler,
+                                           dataset=list(range(10)), seed=0))
+    assert type(sampler).__name__ == 'RepeatAugSampler' and len(sampler) == 10
+    idx = list(sampler)
+    assert all(idx[i] == idx[i + 1] == idx[i + 2] for i in range(0, 9, 3))  # 3 copies each
+
+
+@pytest.mark.parametrize('name', ['ofb-deit-s', 'ofb-swin-t'])
+def test_full_scale_search_steps_and_exports_to_its_finetune_config(name, tmp_path):
+    """The ImageNet search config builds at 224, takes a step of its optimizer, and what
+    tools/ofb_export.py writes from it builds the fine-tuning config's compact network."""
+    import importlib.util
+
+    from mmengine.optim import build_optim_wrapper
+    spec = importlib.util.spec_from_file_location('ofb_export',
+                                                  osp.join(ROOT, 'tools/ofb_export.py'))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    search_path = osp.join(ROOT, 'configs/ofb', f'{name}_search_in1k.py')
+    cfg = Config.fromfile(search_path)
+    cfg.model.head.num_classes = 10  # spare the 1000-way head; the rest as configured
+    cfg.model.data_preprocessor = dict(cfg.data_preprocessor, num_classes=10)
+    torch.manual_seed(0)
+    model = _build(cfg.model)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    model.set_schedule_(w_p=.5, keep_ratio=.75)
+    log = model.train_step(_batch(2, 224), wrapper)
+    assert all(torch.isfinite(log[k]) for k in ('loss', 'loss_ce', 'loss_flops', 'loss_pmim'))
+    _spread_alpha(model, seed=1)
+    model.compress(0.2)
+    ckpt = str(tmp_path / 'search.pth')
+    torch.save(dict(state_dict=model.state_dict(), meta=dict()), ckpt)
+    out = str(tmp_path / 'export')
+    options = ['model.head.num_classes=10', 'model.data_preprocessor.num_classes=10']
+    res = tool.export(tool.parse_args([search_path, ckpt, '--out', out,
+                                       '--cfg-options', *options]))
+    assert res['ok'] and res['rows'][1][2] < res['rows'][0][2]
+    # the unpruned network is DeiT-S / Swin-T (4.6 / 4.5 G MACs at 224, the 10-way head aside)
+    assert res['rows'][0][2] / 1e9 == pytest.approx({'ofb-deit-s': 4.6, 'ofb-swin-t': 4.5}[name],
+                                                    abs=0.05)
+    # the search's expected FLOPs (its loss's input) are those of a width between both
+    assert 0 < float(log['gflops']) * 1e9 < res['rows'][0][2]
+    ft = Config.fromfile(osp.join(ROOT, 'configs/ofb', f'{name}_finetune_in1k.py'))
+    ft.model.head.num_classes = 10
+    ft.model.backbone.arch_file = osp.join(out, 'arch.json')
+    compact = _build(ft.model)
+    state = torch.load(osp.join(out, 'compact.pth'), map_location='cpu')['state_dict']
+    compact.load_state_dict(state, strict=True)
+    assert count_flops(compact.eval(), (224, 224)) == res['rows'][1][2]

@@ -10,8 +10,9 @@
 # * a pruning step every DeltaT = iterations per epoch // 3 with threshold 0.2; no gradient
 #   clipping; label smoothing 0.1; mixup 0.8 / cutmix 1.0 switched on once the search is over
 #   (the model configs set `model.search = dict(_base_.ofb_search, target_flops=...)`).
-# Not reproduced: the public code's repeated augmentation (RASampler) and its 10 cool-down
-# epochs at the minimum lr.
+# The public --cooldown-epochs 10 has no effect there (search.py loops over --epochs and drops the
+# epoch count create_scheduler returns), so none here either. Repeated augmentation: the OFB
+# configs' dataset base, ../datasets/imagenet_bs128_deit_224_repeat-aug.py.
 max_epochs = 100
 warmup_epochs = 20
 base_lr = 2.5e-4 * 1024 / 256
