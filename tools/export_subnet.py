@@ -47,16 +47,6 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _shape(args_shape):
-    if not args_shape:
-        return None
-    if len(args_shape) == 1:
-        return (args_shape[0], args_shape[0])
-    if len(args_shape) == 2:
-        return tuple(args_shape)
-    raise UserError(f'--shape takes H or H W, got {args_shape}')
-
-
 def _outputs(model, x, classifier):
     import torch
     with torch.no_grad():
@@ -76,8 +66,9 @@ def export(args) -> dict:
                                        build_model, complexity_lines, config_input_size,
                                        export_meta, human, load_model_checkpoint,
                                        load_task_config, pruned_model_state, require_supernet,
-                                       save_pruned_checkpoint, usage_lines, with_subnet)
-    shape = _shape(args.shape)
+                                       save_pruned_checkpoint, shape_arg, usage_lines,
+                                       with_subnet)
+    shape = shape_arg(args.shape)
     if not osp.isfile(args.checkpoint):
         # checked before the (slow) model build; the config is checked first by load_config
         from mmdcs.utils.launch import load_config

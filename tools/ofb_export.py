@@ -74,7 +74,7 @@ def export(args) -> dict:
     from mmdcs.selection import file_sha256
     from mmdcs.utils.subnet_io import (build_model, complexity_lines, export_meta, human,
                                        load_model_checkpoint, load_task_config,
-                                       save_pruned_checkpoint)
+                                       save_pruned_checkpoint, shape_arg)
     if not osp.isfile(args.checkpoint):
         from mmdcs.utils.launch import load_config
         load_config(args.config)
@@ -90,11 +90,8 @@ def export(args) -> dict:
                         'search space: nothing to export')
     ckpt = load_model_checkpoint(model, args.checkpoint)
     model.eval()
-    if args.shape:
-        if len(args.shape) > 2:
-            raise UserError(f'--shape takes H or H W, got {args.shape}')
-        shape = tuple(args.shape) * (2 // len(args.shape))
-    else:
+    shape = shape_arg(args.shape)
+    if shape is None:
         shape = tuple(backbone.img_size) if not isinstance(backbone.img_size, int) else \
             (backbone.img_size, backbone.img_size)
     full_shape = (1, backbone.in_channels) + tuple(shape)

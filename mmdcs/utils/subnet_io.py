@@ -1,6 +1,7 @@
-"""What ``tools/export_subnet.py``, ``tools/analysis/complexity.py`` and their tests share:
-building a config's model, finding its mmdcs backbone, the input size of a config, pruning a
-whole model's state dict to a subnet, the pruned checkpoint, and the printed summaries.
+"""What ``tools/export_subnet.py``, ``tools/ofb_export.py``, ``tools/analysis/complexity.py`` and
+their tests share: building a config's model, finding its mmdcs backbone, the input size of a
+config (or of a ``--shape`` option), pruning a whole model's state dict to a subnet, the pruned
+checkpoint, and the printed summaries.
 
 Only mmengine config and model-building pieces are imported (no runner).
 """
@@ -107,6 +108,16 @@ def load_model_checkpoint(model: nn.Module, checkpoint: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- input size
+def shape_arg(values: Optional[Sequence[int]], option: str = '--shape') -> Optional[Size]:
+    """(H, W) from a tool's ``--shape H [W]`` (None when not given); a clear
+    :class:`UserError` for more than two numbers."""
+    if not values:
+        return None
+    if len(values) > 2:
+        raise UserError(f'{option} takes H or H W, got {list(values)}')
+    return (int(values[0]), int(values[-1]))
+
+
 def _hw(scale) -> Optional[Size]:
     """(H, W) from an mmcv-style scale: an int, or (w, h) as mmcv/mmdet/mmseg write it."""
     if isinstance(scale, int):

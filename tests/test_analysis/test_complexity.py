@@ -125,3 +125,17 @@ def test_cli_table_and_config(tmp_path, capsys):
         tool.main(['--table', '--models', 'vit-xxl'])
     assert e.value.code == 2
     assert "unknown arch 'vit-xxl'" in capsys.readouterr().err
+
+
+def test_shape_option_of_the_tools(capsys):
+    """``--shape H [W]`` of complexity / export_subnet / ofb_export: one parser, one error."""
+    from mmdcs.utils.launch import UserError
+    from mmdcs.utils.subnet_io import shape_arg
+    assert shape_arg(None) is None and shape_arg([]) is None
+    assert shape_arg([64]) == (64, 64) and shape_arg([64, 96]) == (64, 96)
+    with pytest.raises(UserError, match=r'--shape takes H or H W, got \[1, 2, 3\]'):
+        shape_arg([1, 2, 3])
+    with pytest.raises(SystemExit) as e:
+        _tool().main(['configs/demo/mobilevit-xs_digits-cls.py', '--shape', '64', '96', '32'])
+    assert e.value.code == 2
+    assert '--shape takes H or H W, got [64, 96, 32]' in capsys.readouterr().err

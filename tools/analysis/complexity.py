@@ -92,7 +92,8 @@ def run_config(args) -> list:
     from mmdcs.analysis.complexity import count_flops, count_params
     from mmdcs.selection import SubnetSpec
     from mmdcs.utils.subnet_io import (build_model, complexity_lines, config_input_size,
-                                       load_task_config, mmdcs_backbone, with_subnet)
+                                       load_task_config, mmdcs_backbone, shape_arg,
+                                       with_subnet)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model_cfg = cfg.model
     if args.subnet:
@@ -103,12 +104,8 @@ def run_config(args) -> list:
     if args.subnet and mmdcs_backbone(model) is None:
         raise UserError(f'--subnet: the backbone ({type(backbone).__name__}) is not an mmdcs '
                         'backbone')
-    if args.shape:
-        if len(args.shape) not in (1, 2):
-            raise UserError(f'--shape takes H or H W, got {args.shape}')
-        shape = (args.shape[0], args.shape[-1])
-        source = '--shape'
-    else:
+    shape, source = shape_arg(args.shape), '--shape'
+    if shape is None:
         shape, source = config_input_size(cfg, backbone)
     import torch.nn as nn
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
