@@ -38,8 +38,7 @@ from mmdcs.peers.ofb.cost import attention_macs, layer_norm_macs, linear_macs
 from mmdcs.peers.ofb.supernet import KINDS, OFBSupernetMixin
 from mmdcs.registry import MODELS
 from .base import check_choice, drop_path_rates, normalize_out_indices
-from .swin import (PatchEmbed, PatchMerging, RelativePositionBiasMixin, SwinBlock,
-                   window_partition, window_reverse)
+from .swin import PatchEmbed, PatchMerging, RelativePositionBiasMixin, SwinBlock
 
 Size = Tuple[int, int]
 
@@ -55,12 +54,7 @@ class OFBWindowAttention(RelativePositionBiasMixin, OFBAttention):
 
     def forward(self, x: Tensor, window: Size = None, mask: Optional[Tensor] = None) -> Tensor:
         """x: (B·nW, N, C) windowed tokens; mask: (nW, N, N) shifted-window mask or None."""
-        bias = self.relative_position_bias(window or self.window_size).unsqueeze(0)
-        if mask is not None:
-            nw, n = mask.shape[0], mask.shape[-1]
-            bias = (bias + mask.to(bias.dtype).unsqueeze(1)).unsqueeze(0)
-            bias = bias.expand(x.shape[0] // nw, -1, -1, -1, -1).reshape(-1, self.num_heads, n, n)
-        return super().forward(x, attn_bias=bias.to(x.dtype))
+        return super().forward(x, attn_bias=self.window_attn_bias(x, window, mask))
 
     def slice_heads_(self, heads: Tensor, optimizers: Optimizers = None) -> None:
         slice_param_(self.relative_position_bias_table, heads, 1, optimizers)
@@ -71,6 +65,7 @@ class OFBSwinBlock(nn.Module):
     shift, padding and mask logic is :class:`mmdcs.Swin`'s."""
     window_and_shift = SwinBlock.window_and_shift
     _mask = SwinBlock._mask
+    _attn = SwinBlock._attn
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, hidden: int, scale: float,
                  search_attn: bool, search_mlp: bool, window_size: int = 7, shift: bool = False,
@@ -93,22 +88,6 @@ class OFBSwinBlock(nn.Module):
         """(window, padded size) of an H×W map."""
         window, _ = self.window_and_shift(H, W)
         return window, (H + (-H) % window[0], W + (-W) % window[1])
-
-    def _attn(self, x: Tensor) -> Tensor:
-        B, H, W, C = x.shape
-        window, shift = self.window_and_shift(H, W)
-        pad_h, pad_w = (-H) % window[0], (-W) % window[1]
-        if pad_h or pad_w:
-            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-        Hp, Wp = H + pad_h, W + pad_w
-        if any(shift):
-            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-        mask = self._mask((Hp, Wp), window, shift, x.device)
-        x = self.attn(window_partition(x, window), window, mask)
-        x = window_reverse(x, window, Hp, Wp)
-        if any(shift):
-            x = torch.roll(x, shifts=shift, dims=(1, 2))
-        return x[:, :H, :W, :] if pad_h or pad_w else x
 
     def forward(self, x: Tensor, embed_index: Optional[Tensor] = None) -> Tensor:
         """x: (B, H, W, C)."""

@@ -108,7 +108,8 @@ class PatchEmbed(nn.Module):
 
 class RelativePositionBiasMixin:
     """The relative position bias of a window attention (timm's parameter
-    ``relative_position_bias_table``), shared by :class:`WindowAttention` and OFB's."""
+    ``relative_position_bias_table``) and the bias of windowed tokens, shared by
+    :class:`WindowAttention` and OFB's."""
 
     def init_relative_position_bias(self, window_size: Size, num_heads: int) -> None:
         self.window_size = tuple(window_size)
@@ -131,6 +132,18 @@ class RelativePositionBiasMixin:
         bias = self.relative_position_bias_table[index.view(-1)].view(n, n, -1)
         return bias.permute(2, 0, 1)
 
+    def window_attn_bias(self, x: Tensor, window: Optional[Size] = None,
+                         mask: Optional[Tensor] = None) -> Tensor:
+        """The additive attention bias of windowed tokens ``x`` (B·nW, N, C): the relative
+        position bias of ``window`` (default: the configured one) plus the (nW, N, N)
+        shifted-window ``mask`` when given; (1 or B·nW, heads, N, N) in ``x``'s dtype."""
+        bias = self.relative_position_bias(window or self.window_size).unsqueeze(0)
+        if mask is not None:
+            nw, n = mask.shape[0], mask.shape[-1]
+            bias = (bias + mask.to(bias.dtype).unsqueeze(1)).unsqueeze(0)  # 1, nW, heads, N, N
+            bias = bias.expand(x.shape[0] // nw, -1, -1, -1, -1).reshape(-1, self.num_heads, n, n)
+        return bias.to(x.dtype)
+
 
 class WindowAttention(RelativePositionBiasMixin, DCSAttention):
     """Window attention with relative position bias (timm's ``WindowAttention`` parameters) and
@@ -145,12 +158,7 @@ class WindowAttention(RelativePositionBiasMixin, DCSAttention):
 
     def forward(self, x: Tensor, window: Size, mask: Optional[Tensor] = None) -> Tensor:
         """x: (B·nW, N, C) windowed tokens; mask: (nW, N, N) shifted-window mask or None."""
-        bias = self.relative_position_bias(window).unsqueeze(0)  # 1, heads, N, N
-        if mask is not None:
-            nw, n = mask.shape[0], mask.shape[-1]
-            bias = (bias + mask.to(bias.dtype).unsqueeze(1)).unsqueeze(0)  # 1, nW, heads, N, N
-            bias = bias.expand(x.shape[0] // nw, -1, -1, -1, -1).reshape(-1, self.num_heads, n, n)
-        return super().forward(x, attn_bias=bias.to(x.dtype))
+        return super().forward(x, attn_bias=self.window_attn_bias(x, window, mask))
 
 
 class SwinBlock(nn.Module):
