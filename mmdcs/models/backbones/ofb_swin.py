@@ -35,7 +35,7 @@ from mmdcs.peers.ofb.arch import (ARCH_FORMAT, ArchFileError, check_blocks, chec
                                   check_width, load_arch)
 from mmdcs.peers.ofb.compress import Optimizers
 from mmdcs.peers.ofb.cost import attention_macs, layer_norm_macs, linear_macs
-from mmdcs.peers.ofb.supernet import KINDS, OFBSupernetMixin
+from mmdcs.peers.ofb.supernet import OFBSupernetMixin
 from mmdcs.registry import MODELS
 from .base import check_choice, drop_path_rates, normalize_out_indices
 from .swin import PatchEmbed, PatchMerging, RelativePositionBiasMixin, SwinBlock
@@ -174,20 +174,10 @@ class OFBSwin(OFBSupernetMixin, BaseModule):
         self.in_channels = in_channels
         self.out_indices = normalize_out_indices(out_indices, self.num_stages, name)
 
-        if arch_file is not None:
-            if search_space:
-                raise ValueError(f'{name}: give either arch_file (compact network) or '
-                                 f'search_space (supernet), not both')
-            self.arch_spec = self._read_arch(arch_file)
-            search_space = ()
+        self.arch_spec, search_space = self._arch_or_search_space(arch_file, search_space)
+        if self.arch_spec is not None:
             stages = self.arch_spec['stages']
         else:
-            self.arch_spec = None
-            search_space = tuple(KINDS if search_space is None else search_space)
-            unknown = set(search_space) - set(KINDS)
-            if unknown:
-                raise ValueError(f'{name}: unknown search_space entries {sorted(unknown)}; '
-                                 f'valid: {", ".join(KINDS)}')
             stages = [dict(embed_dim=self.full_dims[i],
                            blocks=[dict(num_heads=self.full_heads[i],
                                         head_dim=self.full_head_dims[i],

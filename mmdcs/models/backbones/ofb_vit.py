@@ -33,7 +33,7 @@ from mmdcs.peers.ofb.arch import (ARCH_FORMAT, ArchFileError, check_blocks, chec
                                   check_width, load_arch)
 from mmdcs.peers.ofb.compress import Optimizers
 from mmdcs.peers.ofb.cost import layer_norm_macs
-from mmdcs.peers.ofb.supernet import KINDS, OFBSupernetMixin
+from mmdcs.peers.ofb.supernet import OFBSupernetMixin
 from mmdcs.registry import MODELS
 from .base import check_choice, drop_path_rates, normalize_out_indices
 from .vit import OUT_TYPES, PatchEmbed, _pair, resample_pos_embed
@@ -121,21 +121,11 @@ class OFBViT(OFBSupernetMixin, BaseModule):
         self.final_norm = final_norm
         self.interpolate_mode = interpolate_mode
 
-        if arch_file is not None:
-            if search_space:
-                raise ValueError(f'{name}: give either arch_file (compact network) or '
-                                 f'search_space (supernet), not both')
-            self.arch_spec = self._read_arch(arch_file)
-            search_space = ()
+        self.arch_spec, search_space = self._arch_or_search_space(arch_file, search_space)
+        if self.arch_spec is not None:
             embed_dim = self.arch_spec['embed_dim']
             blocks = self.arch_spec['blocks']
         else:
-            self.arch_spec = None
-            search_space = tuple(KINDS if search_space is None else search_space)
-            unknown = set(search_space) - set(KINDS)
-            if unknown:
-                raise ValueError(f'{name}: unknown search_space entries {sorted(unknown)}; '
-                                 f'valid: {", ".join(KINDS)}')
             embed_dim = self.full_embed_dim
             blocks = [dict(num_heads=self.full_heads, head_dim=self.full_head_dim,
                            mlp_hidden=self.full_hidden)] * self.depth

@@ -94,6 +94,26 @@ class OFBSupernetMixin:
     def _fuse_embed_(self) -> None:
         raise NotImplementedError
 
+    def _read_arch(self, arch_file) -> dict:
+        raise NotImplementedError
+
+    def _arch_or_search_space(self, arch_file, search_space) -> Tuple[Optional[dict], tuple]:
+        """(arch_spec, search_space) of a new backbone: a compact network's checked arch file
+        and no search space, or no arch file and the supernet's search space (default: every
+        kind), checked; clear errors for both given and for unknown kinds."""
+        name = type(self).__name__
+        if arch_file is not None:
+            if search_space:
+                raise ValueError(f'{name}: give either arch_file (compact network) or '
+                                 f'search_space (supernet), not both')
+            return self._read_arch(arch_file), ()
+        search_space = tuple(KINDS if search_space is None else search_space)
+        unknown = set(search_space) - set(KINDS)
+        if unknown:
+            raise ValueError(f'{name}: unknown search_space entries {sorted(unknown)}; '
+                             f'valid: {", ".join(KINDS)}')
+        return None, search_space
+
     def _adopt_search_shapes(self, state_dict, prefix: str, skip=()) -> None:
         """Called from ``_load_from_state_dict``: a checkpoint of this supernet taken after some
         compressions has smaller tensors; take its shapes first (a resumed run)."""
