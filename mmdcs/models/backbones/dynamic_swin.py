@@ -40,7 +40,7 @@ from mmdcs.peers.dynamicvit import (FastMLP, TokenPredictor, batch_index_fill,
                                     batch_index_select, gumbel_keep_mask, keep_count)
 from mmdcs.peers.dynamicvit.predictor import KEEP
 from mmdcs.registry import MODELS
-from .dynamic_vit import PREDICTOR_KEYS, check_pruning_loc, resolve_keep_ratios
+from .dynamic_vit import TokenPruningMixin, check_pruning_loc, resolve_keep_ratios
 from .swin import Swin, SwinBlock
 
 #: public pruning locations inside the sparse stage
@@ -53,7 +53,7 @@ def _block_attention(blk: SwinBlock, x: Tensor) -> Tensor:
 
 
 @MODELS.register_module()
-class DynamicSwin(Swin):
+class DynamicSwin(TokenPruningMixin, Swin):
     """Swin Transformer with DynamicSwin token routing in one stage.
 
     Args:
@@ -113,25 +113,11 @@ class DynamicSwin(Swin):
         for j in range(self.pruning_loc[0], len(stage.blocks)):
             yield from stage.blocks[j].fastmlp.modules()
 
-    def load_converted(self, state_dict: dict, strict: bool = True):
-        """Load a (converted) Swin state dict; the predictors and fast paths may be missing."""
-        missing, unexpected = self.load_state_dict(state_dict, strict=False)
-        missing = [k for k in missing if not any(p in k for p in PREDICTOR_KEYS)]
-        if strict and (missing or unexpected):
-            raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '
-                           f'{missing[:10]}; unexpected keys: {unexpected[:10]}')
-        return missing, unexpected
-
     def keep_counts(self, img_size: Optional[int] = None) -> List[int]:
         """Tokens sent through the MLP after each pruning location at inference (``⌈ρ_s·N⌉``, N
         the tokens of the sparse stage at the nominal input size unless given)."""
         n = self.stage_tokens(img_size)[self.sparse_stage]
         return [keep_count(r, n) for r in self.keep_ratios]
-
-    def _clear_state(self) -> None:
-        self.last_decisions: List[Tensor] = []
-        self.last_mask: Optional[Tensor] = None
-        self.last_tokens: Optional[Tensor] = None
 
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:

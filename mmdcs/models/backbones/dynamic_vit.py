@@ -35,7 +35,7 @@ from mmdcs.peers.dynamicvit import (POLICY_EPS, TokenPredictor, batch_index_sele
                                     keep_ratios, policy_attention, restore_tokens,
                                     topk_keep_indices)
 from mmdcs.registry import MODELS
-from .vit import Block, ViT, resample_pos_embed
+from .vit import Block, ViT
 
 #: public DeiT / LV-ViT setting
 DEFAULT_PRUNING_LOC = (3, 6, 9)
@@ -86,8 +86,28 @@ def policy_block_forward(blk: Block, x: Tensor, policy: Tensor, eps: float) -> T
     return x + blk.drop_path2(blk.mlp(blk.norm2(x)))
 
 
+class TokenPruningMixin:
+    """What DynamicViT and DynamicSwin share: loading a plain backbone's checkpoint (without the
+    modules the method adds, :data:`PREDICTOR_KEYS`) and the state of the last forward."""
+
+    def load_converted(self, state_dict: dict, strict: bool = True):
+        """Load a (converted) ViT / DeiT / Swin state dict; the predictors (and Swin's fast
+        paths) may be missing."""
+        missing, unexpected = self.load_state_dict(state_dict, strict=False)
+        missing = [k for k in missing if not any(p in k for p in PREDICTOR_KEYS)]
+        if strict and (missing or unexpected):
+            raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '
+                           f'{missing[:10]}; unexpected keys: {unexpected[:10]}')
+        return missing, unexpected
+
+    def _clear_state(self) -> None:
+        self.last_decisions: List[Tensor] = []
+        self.last_mask: Optional[Tensor] = None
+        self.last_tokens: Optional[Tensor] = None
+
+
 @MODELS.register_module()
-class DynamicViT(ViT):
+class DynamicViT(TokenPruningMixin, ViT):
     """ViT / DeiT with DynamicViT token sparsification.
 
     Args:
@@ -143,15 +163,6 @@ class DynamicViT(ViT):
                 nn.init.trunc_normal_(m.weight, std=.02)
                 nn.init.zeros_(m.bias)
 
-    def load_converted(self, state_dict: dict, strict: bool = True):
-        """Load a (converted) ViT / DeiT state dict; the predictors may be missing."""
-        missing, unexpected = self.load_state_dict(state_dict, strict=False)
-        missing = [k for k in missing if not k.startswith(PREDICTOR_KEYS)]
-        if strict and (missing or unexpected):
-            raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '
-                           f'{missing[:10]}; unexpected keys: {unexpected[:10]}')
-        return missing, unexpected
-
     # ----------------------------------------------------------------- counts
     def keep_counts(self, num_patches: Optional[int] = None) -> List[int]:
         """Patch tokens kept by every stage at inference (``⌈ρ_s·N⌉``), N = the patches of the
@@ -159,19 +170,9 @@ class DynamicViT(ViT):
         n = num_patches or self.grid_size[0] * self.grid_size[1]
         return [keep_count(r, n) for r in self.keep_ratios]
 
-    def _clear_state(self) -> None:
-        self.last_decisions: List[Tensor] = []
-        self.last_mask: Optional[Tensor] = None
-        self.last_tokens: Optional[Tensor] = None
-
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
-        B = x.shape[0]
-        x, hw = self.patch_embed(x)
-        x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)
-        x = x + resample_pos_embed(self.pos_embed, self.grid_size, hw, self.interpolate_mode,
-                                   self.num_prefix_tokens)
-        x = self.pos_drop(x)
+        x, hw = self._embed(x)
         if self.training:
             return self._forward_train(x, hw)
         self._clear_state()

@@ -36,7 +36,7 @@ from mmdcs.peers.ofb.cost import layer_norm_macs
 from mmdcs.peers.ofb.supernet import OFBSupernetMixin
 from mmdcs.registry import MODELS
 from .base import check_choice, drop_path_rates, normalize_out_indices
-from .vit import OUT_TYPES, PatchEmbed, _pair, resample_pos_embed
+from .vit import OUT_TYPES, PatchEmbed, _pair, init_timm_vit_, resample_pos_embed
 
 
 class OFBBlock(nn.Module):
@@ -207,13 +207,7 @@ class OFBViT(OFBSupernetMixin, BaseModule):
         cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [self.init_cfg]
         pretrained = any(isinstance(c, dict) and c.get('type') == 'Pretrained' for c in cfgs)
         if not pretrained and not self._is_init:
-            nn.init.trunc_normal_(self.pos_embed, std=.02)
-            nn.init.normal_(self.cls_token, std=1e-6)
-            for m in self.modules():
-                if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
+            init_timm_vit_(self)
         super().init_weights()
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):

@@ -77,6 +77,19 @@ def resample_pos_embed(pos_embed: Tensor, src_hw: Sequence[int], dst_hw: Sequenc
     return torch.cat([prefix, grid], dim=1)
 
 
+def init_timm_vit_(backbone: nn.Module) -> None:
+    """timm's ViT init of ``backbone`` (``pos_embed`` / ``cls_token`` attributes): every Linear
+    trunc normal std .02 with zero bias, ``pos_embed`` trunc normal .02, ``cls_token`` normal
+    1e-6."""
+    nn.init.trunc_normal_(backbone.pos_embed, std=.02)
+    nn.init.normal_(backbone.cls_token, std=1e-6)
+    for m in backbone.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
 class PatchEmbed(nn.Module):
     """Image → (B, H/p·W/p, C) tokens by a p×p, stride p convolution (timm's ``PatchEmbed``)."""
 
@@ -210,13 +223,7 @@ class ViT(SelectableBackbone):
         cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [self.init_cfg]
         pretrained = any(isinstance(c, dict) and c.get('type') == 'Pretrained' for c in cfgs)
         if not pretrained and not self._is_init:
-            nn.init.trunc_normal_(self.pos_embed, std=.02)
-            nn.init.normal_(self.cls_token, std=1e-6)
-            for m in self.modules():
-                if isinstance(m, nn.Linear):
-                    nn.init.trunc_normal_(m.weight, std=.02)
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
+            init_timm_vit_(self)
             for m in self.modules():
                 if isinstance(m, QKChannelSelector):
                     m.reset_parameters()
@@ -237,13 +244,17 @@ class ViT(SelectableBackbone):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # ----------------------------------------------------------------- forward
-    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
-        B = x.shape[0]
+    def _embed(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
+        """Images → (tokens (B, 1 + h·w, C): class token and patches with the position
+        embedding of the (h, w) grid, after its dropout; (h, w))."""
         x, hw = self.patch_embed(x)
-        x = torch.cat([self.cls_token.expand(B, -1, -1), x], dim=1)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         x = x + resample_pos_embed(self.pos_embed, self.grid_size, hw, self.interpolate_mode,
                                    self.num_prefix_tokens)
-        x = self.pos_drop(x)
+        return self.pos_drop(x), hw
+
+    def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
+        x, hw = self._embed(x)
         outs = []
         last = len(self.blocks) - 1
         for i, blk in enumerate(self.blocks):
