@@ -38,3 +38,15 @@ def build_model_part(cfg: Optional[Union[dict, nn.Module]], task_scope: str = 'm
                 from mmengine.registry import MODELS as ROOT
                 return ROOT.build(cfg)
     return MODELS.build(cfg)
+
+
+def cls_data_preprocessor(data_preprocessor: Optional[Union[dict, nn.Module]],
+                          train_cfg: Optional[dict] = None):
+    """The data preprocessor of an mmdcs classifier, defaulted as mmpretrain's
+    ``ImageClassifier`` does (``ClsDataPreprocessor`` with ``train_cfg``'s batch augments) and
+    built with :func:`build_model_part`."""
+    if isinstance(data_preprocessor, dict) or data_preprocessor is None:
+        data_preprocessor = dict(data_preprocessor or {})
+        data_preprocessor.setdefault('type', 'ClsDataPreprocessor')
+        data_preprocessor.setdefault('batch_augments', train_cfg)
+    return build_model_part(data_preprocessor)

@@ -25,7 +25,7 @@ from mmpretrain.structures import DataSample
 
 from mmdcs.peers.dynamicvit import DynamicViTLoss
 from mmdcs.registry import MODELS
-from mmdcs.utils.scope import build_model_part
+from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 #: parameters the student has and a plain teacher has not
 STUDENT_ONLY_KEYS = ('score_predictor.', 'fastmlp.')
@@ -56,14 +56,11 @@ class DynamicViTClassifier(ImageClassifier):
                  init_from_teacher: bool = True, pretrained: Optional[str] = None,
                  train_cfg: Optional[dict] = None, data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
-        if isinstance(data_preprocessor, dict) or data_preprocessor is None:
-            data_preprocessor = dict(data_preprocessor or {})
-            data_preprocessor.setdefault('type', 'ClsDataPreprocessor')
-            data_preprocessor.setdefault('batch_augments', train_cfg)
         super().__init__(backbone=build_model_part(backbone), neck=build_model_part(neck),
                          head=build_model_part(head), pretrained=pretrained,
                          train_cfg=train_cfg,
-                         data_preprocessor=build_model_part(data_preprocessor),
+                         data_preprocessor=cls_data_preprocessor(data_preprocessor,
+                                                                 train_cfg),
                          init_cfg=init_cfg)
         if not all(hasattr(self.backbone, a) for a in ('keep_ratios', 'last_decisions')):
             raise ValueError('DynamicViTClassifier needs a DynamicViT or DynamicSwin backbone, '

@@ -36,7 +36,7 @@ from mmdcs.peers.ofb import (SCORE_NORM_WEIGHTS, PMIMDecoder, adaptive_one_hot_l
                              upsample_patch_mask, pmim_loss)
 from mmdcs.peers.ofb.supernet import KINDS, OFBSupernetMixin
 from mmdcs.registry import MODELS
-from mmdcs.utils.scope import build_model_part
+from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 SEARCH_KEYS = ('target_flops', 'target_ratio', 'w_head', 'w_mlp', 'w_embed', 'w_flops',
                'entropy', 'variance', 'norm', 'pmim', 'after_search_augments')
@@ -77,10 +77,6 @@ class OFBClassifier(ImageClassifier):
                  search: Optional[dict] = None, pretrained: Optional[str] = None,
                  train_cfg: Optional[dict] = None, data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[dict] = None):
-        if isinstance(data_preprocessor, dict) or data_preprocessor is None:
-            data_preprocessor = dict(data_preprocessor or {})
-            data_preprocessor.setdefault('type', 'ClsDataPreprocessor')
-            data_preprocessor.setdefault('batch_augments', train_cfg)
         backbone = build_model_part(backbone)
         if not isinstance(backbone, OFBSupernetMixin):
             raise TypeError(f'OFBClassifier needs an OFB backbone (mmdcs.OFBViT, mmdcs.OFBSwin), '
@@ -89,7 +85,8 @@ class OFBClassifier(ImageClassifier):
         super().__init__(backbone=backbone, neck=build_model_part(neck),
                          head=build_model_part(head), pretrained=pretrained,
                          train_cfg=train_cfg,
-                         data_preprocessor=build_model_part(data_preprocessor),
+                         data_preprocessor=cls_data_preprocessor(data_preprocessor,
+                                                                 train_cfg),
                          init_cfg=init_cfg)
         self.search_cfg = self._check_search(search)
         self.decoder = None

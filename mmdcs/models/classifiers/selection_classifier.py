@@ -21,7 +21,7 @@ from mmpretrain.structures import DataSample
 from mmdcs.models.losses import IBState, KCRState, NystromKCR, input_representation
 from mmdcs.registry import MODELS
 from mmdcs.selection import COST_MODES, arch_parameters
-from mmdcs.utils.scope import build_model_part
+from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 REGULARIZERS = ('ib', 'kcr')
 KCR_ROUTES = ('exact', 'nystrom')
@@ -56,15 +56,12 @@ class ChannelSelectionClassifier(ImageClassifier):
                  cost: Optional[dict] = None, regularizer: Optional[dict] = None,
                  pretrained: Optional[str] = None, train_cfg: Optional[dict] = None,
                  data_preprocessor: Optional[dict] = None, init_cfg: Optional[dict] = None):
-        if isinstance(data_preprocessor, dict) or data_preprocessor is None:
-            data_preprocessor = dict(data_preprocessor or {})
-            data_preprocessor.setdefault('type', 'ClsDataPreprocessor')
-            data_preprocessor.setdefault('batch_augments', train_cfg)
         # resolve every part here so the model builds under default_scope='mmdcs' as well
         super().__init__(backbone=build_model_part(backbone), neck=build_model_part(neck),
                          head=build_model_part(head), pretrained=pretrained,
                          train_cfg=train_cfg,
-                         data_preprocessor=build_model_part(data_preprocessor),
+                         data_preprocessor=cls_data_preprocessor(data_preprocessor,
+                                                                 train_cfg),
                          init_cfg=init_cfg)
         #: 'weight' or 'arch' while the search loop runs a step; None otherwise
         self.step_kind: Optional[str] = None
