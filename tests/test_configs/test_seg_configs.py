@@ -11,6 +11,7 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
+from _mm_batches import seg_batch  # tests/ is on sys.path (the root conftest's directory)
 
 pytest.importorskip('mmseg')
 
@@ -176,20 +177,6 @@ def subnet_file(tmp_path_factory):
     return make
 
 
-def _seg_batch(batch_size=2, size=64):
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    g = torch.Generator().manual_seed(0)
-    inputs, samples = [], []
-    for _ in range(batch_size):
-        inputs.append(torch.randint(0, 256, (3, size, size), dtype=torch.uint8, generator=g))
-        sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
-                                             pad_shape=(size, size), scale_factor=(1., 1.)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, size, size), generator=g))
-        samples.append(sample)
-    return dict(inputs=inputs, data_samples=samples)
-
-
 @pytest.mark.parametrize('name', CONFIGS)
 def test_train_step_and_predict(name, subnet_file):
     from mmdcs.models.backbones.swin import Swin
@@ -222,7 +209,7 @@ def test_train_step_and_predict(name, subnet_file):
             # Swin-T's code: spare the CPU the weight gradients and AdamW update of 60 M
             # parameters of the 18-block stage
             backbone.layers[2].blocks[2:].requires_grad_(False)
-        data = _seg_batch()
+        data = seg_batch()
         model.train()
         before = {n: p.detach().clone() for n, p in backbone.named_parameters()
                   if p.requires_grad}

@@ -1,14 +1,15 @@
 """DynamicViT / DynamicSwin: exact token counts at inference, attention masking in training, ρ = 1
 equals the plain network, gather/restore, the loss terms, the frozen teacher, dense outputs for
 mmdet / mmseg, the configs, and the backbone-freeze hook across a resume."""
-import glob
 import copy
+import glob
 import math
 import os.path as osp
 
 import pytest
 import torch
 import torch.nn as nn
+from _mm_batches import seg_batch  # tests/ is on sys.path (the root conftest's directory)
 
 import mmdcs.models.backbones.dynamic_vit as dynamic_vit_module
 from mmdcs.models.backbones.dynamic_swin import DynamicSwin
@@ -654,20 +655,6 @@ def test_full_scale_configs_build(tmp_path):
 
 
 # ----------------------------------------------------------------------------- mmdet / mmseg
-def _seg_batch(batch_size=2, size=64):
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    g = torch.Generator().manual_seed(0)
-    inputs, samples = [], []
-    for _ in range(batch_size):
-        inputs.append(torch.randint(0, 256, (3, size, size), dtype=torch.uint8, generator=g))
-        sample = SegDataSample(metainfo=dict(img_shape=(size, size), ori_shape=(size, size),
-                                             pad_shape=(size, size), scale_factor=(1., 1.)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, size, size), generator=g))
-        samples.append(sample)
-    return dict(inputs=inputs, data_samples=samples)
-
-
 @pytest.mark.parametrize('name', ['mask-rcnn_dynamicswin-t_fpn_1x_coco.py',
                                   'upernet_dynamicswin-t_512x512_160k_ade20k.py',
                                   'upernet_dynamicvit-deit-s_mln_512x512_160k_ade20k.py'])
@@ -701,7 +688,7 @@ def test_downstream_configs_build_train_and_predict(name, tmp_path):
         from mmseg.registry import MODELS
         from mmseg.utils import register_all_modules
         cfg.model.data_preprocessor.size = (64, 64)
-        data = _seg_batch()
+        data = seg_batch()
     register_all_modules(init_default_scope=False)
     torch.manual_seed(0)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
