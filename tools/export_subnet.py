@@ -190,12 +190,8 @@ def require_pruned(model):
 
 def main(argv=None):
     args = parse_args(argv)
-    from mmdcs.selection import SubnetError
     with user_errors():
-        try:
-            export(args)
-        except SubnetError as e:
-            raise UserError(str(e)) from e
+        export(args)
 
 
 if __name__ == '__main__':

@@ -196,12 +196,8 @@ def arch_summary(arch: dict) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
-    from mmdcs.peers.ofb.arch import ArchFileError
     with user_errors():
-        try:
-            export(args)
-        except ArchFileError as e:
-            raise UserError(str(e)) from e
+        export(args)
 
 
 if __name__ == '__main__':

@@ -194,12 +194,27 @@ def _registry_hint(message: str) -> str:
     return hint
 
 
+def input_file_errors() -> tuple:
+    """The exception types of mmdcs's own input files: a subnet description that cannot be
+    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``)."""
+    from mmdcs.peers.ofb.arch import ArchFileError
+    from mmdcs.selection import SubnetError
+    return (SubnetError, ArchFileError)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn input errors into one clear line on stderr and exit code 2 (no traceback)."""
+    """Turn input errors into one clear line on stderr and exit code 2 (no traceback): a
+    :class:`UserError`, a bad subnet or arch file (:func:`input_file_errors`, also when met
+    while the runner builds the model), a missing file, an unknown registry type."""
     try:
         yield
     except UserError as e:
+        print(f'error: {e}', file=sys.stderr)
+        sys.exit(2)
+    except ValueError as e:
+        if not isinstance(e, input_file_errors()):
+            raise
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
     except FileNotFoundError as e:

@@ -140,3 +140,37 @@ def test_missing_teacher_checkpoint_is_one_clear_error_before_training(tiny_digi
     assert "teacher_checkpoint '/nonexistent/teacher.pth' not found" in proc.stderr
     assert 'Traceback' not in proc.stderr
     assert not osp.exists(osp.join(str(tmp_path), 'epoch_1.pth'))
+
+
+@pytest.mark.parametrize('option, message', [
+    ('model.backbone.subnet={missing}', 'subnet file not found: {missing}'),
+    ('model.backbone.subnet={bad}', 'not an mmdcs subnet description'),
+])
+def test_bad_subnet_file_is_one_clear_error_in_train_py(tiny_digits, tmp_path, run_tool, option,
+                                                        message):
+    """A subnet file that is missing or not a subnet, met while the runner builds the model, is
+    one line and exit code 2 (tools/train.py, as every tool under user_errors)."""
+    bad = tmp_path / 'bad.json'
+    bad.write_text('{"format": "bogus"}')
+    names = dict(missing=str(tmp_path / 'missing.json'), bad=str(bad))
+    proc = run_tool(['tools/train.py', 'configs/demo/dcs-mobilevit-xs_retrain_digits.py',
+                     '--work-dir', str(tmp_path / 'wd'), '--cfg-options',
+                     option.format(**names)] + _data_opts(tiny_digits))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message.format(**names) in proc.stderr
+    assert 'Traceback' not in proc.stderr
+
+
+def test_user_errors_turns_input_file_errors_into_one_line(capsys):
+    from mmdcs.peers.ofb.arch import ArchFileError
+    from mmdcs.selection import SubnetError
+    from mmdcs.utils.launch import user_errors
+    for exc in (SubnetError('subnet.json: 3 blocks for 12'), ArchFileError('arch.json: bad')):
+        with pytest.raises(SystemExit) as e:
+            with user_errors():
+                raise exc
+        assert e.value.code == 2
+        assert capsys.readouterr().err == f'error: {exc}\n'
+    with pytest.raises(ValueError, match='not an input file'):  # other errors pass through
+        with user_errors():
+            raise ValueError('not an input file')

@@ -141,16 +141,11 @@ def run_config(args) -> list:
 
 def main(argv=None):
     args = parse_args(argv)
-    from mmdcs.peers.ofb.arch import ArchFileError
-    from mmdcs.selection import SubnetError
     with user_errors():
-        try:
-            if args.table:
-                run_table(args)
-            else:
-                run_config(args)
-        except (SubnetError, ArchFileError) as e:
-            raise UserError(str(e)) from e
+        if args.table:
+            run_table(args)
+        else:
+            run_config(args)
 
 
 if __name__ == '__main__':

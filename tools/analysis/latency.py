@@ -236,13 +236,8 @@ def run(args):
 
 def main(argv=None):
     args = parse_args(argv)
-    from mmdcs.peers.ofb.arch import ArchFileError
-    from mmdcs.selection import SubnetError
     with user_errors():
-        try:
-            return run(args)
-        except (SubnetError, ArchFileError) as e:
-            raise UserError(str(e)) from e
+        return run(args)
 
 
 if __name__ == '__main__':
