@@ -73,11 +73,15 @@ def test_weights_only_default_is_handled_for_mmengine_checkpoints(tmp_path):
 
 
 @pytest.mark.parametrize('scope', ['mmdcs', 'mmpretrain', None])
-def test_classifier_builds_the_same_under_mmdcs_and_task_scope(scope):
+def test_classifier_builds_the_same_under_mmdcs_and_task_scope(scope, monkeypatch):
     """Under default_scope='mmdcs' (register_all_modules) the mmpretrain parts of an mmdcs
     classifier (preprocessor, neck, head, loss) are still found, and mmdcs names stay mmdcs's
-    (mmpretrain also registers a 'MobileViT')."""
+    (mmpretrain also registers a 'MobileViT'); None: no default scope at all."""
+    from collections import OrderedDict
+
     from mmengine.registry import DefaultScope
+    if scope is None:  # not the scope an earlier test in this process left current
+        monkeypatch.setattr(DefaultScope, '_instance_dict', OrderedDict())
 
     from mmdcs.models.backbones.efficientvit import EfficientViTClsHead
     from mmdcs.models.backbones.mobilevit import MobileViT
