@@ -255,12 +255,14 @@ def _size(size: Union[None, int, Sequence[int]], arch: str) -> Size:
 PEER_ARCH_ALIASES = {'deit-s': 'vit-s16', 'deit-b': 'vit-b16'}
 
 
-def is_peer_backbone(backbone: nn.Module) -> bool:
-    """Whether ``backbone`` is one of the peer methods' (OFB or DynamicViT / DynamicSwin)."""
+def is_peer_backbone(backbone: Union[nn.Module, type]) -> bool:
+    """Whether ``backbone`` (a module or a class) is one of the peer methods' (OFB or
+    DynamicViT / DynamicSwin)."""
     from mmdcs.models.backbones.dynamic_swin import DynamicSwin
     from mmdcs.models.backbones.dynamic_vit import DynamicViT
     from mmdcs.peers.ofb.supernet import OFBSupernetMixin
-    return isinstance(backbone, (DynamicViT, DynamicSwin, OFBSupernetMixin))
+    cls = backbone if isinstance(backbone, type) else type(backbone)
+    return issubclass(cls, (DynamicViT, DynamicSwin, OFBSupernetMixin))
 
 
 def plain_baseline(backbone: nn.Module, input_size: Size, seed: int = 0) -> nn.Module:

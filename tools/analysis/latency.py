@@ -112,8 +112,10 @@ def _config_pair(args):
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model_cfg = cfg.model
     if args.subnet:
-        btype = str(backbone_cfg_of(model_cfg).get('type', ''))
-        if 'OFB' in btype or 'Dynamic' in btype:
+        from mmdcs.registry import MODELS
+        btype = backbone_cfg_of(model_cfg).get('type')
+        bcls = MODELS.get(btype) if isinstance(btype, str) else None
+        if bcls is not None and is_peer_backbone(bcls):
             raise UserError(f'{args.config}: --subnet is for DCS/KCR backbones, not {btype} (an '
                             'OFB network takes --cfg-options model.backbone.arch_file=arch.json)')
         SubnetSpec.coerce(args.subnet)
