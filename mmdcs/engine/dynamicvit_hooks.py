@@ -17,11 +17,11 @@ from typing import List, Sequence
 
 import torch.nn as nn
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop
 
 from mmdcs.registry import HOOKS, OPTIM_WRAPPER_CONSTRUCTORS
+from .utils import unwrap_model
 
 #: param-group key marking the backbone (and head) groups
 BACKBONE_GROUP_KEY = 'dynamicvit_backbone'
@@ -86,8 +86,7 @@ class DynamicViTOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         from mmengine.registry import OPTIM_WRAPPERS, OPTIMIZERS
-        if is_model_wrapper(model):
-            model = model.module
+        model = unwrap_model(model)
         optimizer_cfg = dict(self.optimizer_cfg)
         optimizer_cfg['params'] = self.param_groups(model)
         optimizer = OPTIMIZERS.build(optimizer_cfg)

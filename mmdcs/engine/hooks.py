@@ -8,16 +8,12 @@ import math
 from typing import Dict, Optional
 
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 
 from mmdcs.registry import HOOKS
 from mmdcs.selection import gates, set_temperature
+from .utils import unwrap_model
 
 CHECKPOINT_KEY = 'mmdcs_regularizer'
-
-
-def _unwrap(model):
-    return model.module if is_model_wrapper(model) else model
 
 
 def _log_scalars(runner, scalars: Dict[str, float], step: int, prefix: str) -> None:
@@ -73,13 +69,13 @@ class TemperatureHook(Hook):
         return getattr(loop, 'steps_per_epoch', None) or len(loop.dataloader)
 
     def _set(self, runner, tau: float) -> None:
-        n = set_temperature(_unwrap(runner.model), tau)
+        n = set_temperature(unwrap_model(runner.model), tau)
         if n == 0:
             raise RuntimeError('TemperatureHook: the model has no gates (a baseline backbone?)')
         runner.message_hub.update_scalar('train/tau', tau)
 
     def before_train(self, runner) -> None:
-        if not any(True for _ in gates(_unwrap(runner.model))):
+        if not any(True for _ in gates(unwrap_model(runner.model))):
             raise ValueError('TemperatureHook: the model has no Gumbel gates to set (a baseline '
                              'backbone, or a KCR subnet): remove the hook or use a DCS/KCR '
                              'supernet')
@@ -109,7 +105,7 @@ class RegularizerHook(Hook):
     priority = 'NORMAL'
 
     def _model(self, runner):
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         if getattr(model, 'reg_state', None) is None:
             raise ValueError('RegularizerHook needs a model with a regularizer: '
                              "type='mmdcs.ChannelSelectionClassifier' with "

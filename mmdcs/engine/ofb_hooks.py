@@ -27,10 +27,7 @@ from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 
 from mmdcs.peers.ofb import linear_schedule
 from mmdcs.registry import HOOKS, OPTIM_WRAPPER_CONSTRUCTORS
-
-
-def _unwrap(model):
-    return model.module if is_model_wrapper(model) else model
+from .utils import unwrap_model
 
 
 @HOOKS.register_module()
@@ -71,7 +68,7 @@ class OFBSearchHook(Hook):
     # ------------------------------------------------------------------ helpers
     @staticmethod
     def _model(runner):
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         if getattr(model, 'search_cfg', None) is None or not hasattr(model, 'compress'):
             raise ValueError("OFBSearchHook needs type='mmdcs.OFBClassifier' with "
                              'search=dict(...) and a supernet backbone')
@@ -176,7 +173,7 @@ class OFBOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         return cfg
 
     def __call__(self, model) -> OptimWrapper:
-        module = _unwrap(model)
+        module = unwrap_model(model)
         wrapper = super().__call__(module)
         names = {id(p): n for n, p in module.named_parameters()}
         base_lr = self.optimizer_cfg.get('lr')

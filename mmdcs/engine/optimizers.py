@@ -18,11 +18,11 @@ works as in mmengine's default constructor.
 from typing import Optional
 
 import torch.nn as nn
-from mmengine.model import is_model_wrapper
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapperDict
 
 from mmdcs.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmdcs.selection import ChannelSelector
+from .utils import unwrap_model
 
 STEP_KINDS = ('weight', 'arch')
 
@@ -59,7 +59,7 @@ class SearchOptimWrapperConstructor:
                 raise ValueError(f"optim_wrapper.{k} needs an 'optimizer'")
 
     def __call__(self, model: nn.Module) -> OptimWrapperDict:
-        module = model.module if is_model_wrapper(model) else model
+        module = unwrap_model(model)
         arch = _ArchParams(module)
         if len(arch.selectors) == 0:
             raise ValueError('the search optimizer found no architecture parameters (α) in '

@@ -18,12 +18,12 @@ from typing import Dict, List, Sequence, Tuple, Union
 
 import torch
 from mmengine.logging import print_log
-from mmengine.model import is_model_wrapper
 from mmengine.optim import OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop
 from torch.utils.data import DataLoader, Subset
 
 from mmdcs.registry import LOOPS
+from .utils import unwrap_model
 
 STEP_KINDS = ('weight', 'arch')
 
@@ -105,7 +105,7 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
     @property
     def model(self):
         model = self.runner.model
-        return model.module if is_model_wrapper(model) else model
+        return unwrap_model(model)
 
     def run(self) -> torch.nn.Module:
         ow = self.runner.optim_wrapper
