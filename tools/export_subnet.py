@@ -65,15 +65,11 @@ def export(args) -> dict:
     from mmdcs.utils.subnet_io import (backbone_cfg_of, backbone_prefix, block_summary,
                                        build_model, complexity_lines, config_input_size,
                                        export_meta, human, load_model_checkpoint,
-                                       load_task_config, pruned_model_state, require_supernet,
-                                       save_pruned_checkpoint, shape_arg, usage_lines,
-                                       with_subnet)
+                                       load_task_config, pruned_model_state, require_checkpoint,
+                                       require_supernet, save_pruned_checkpoint, shape_arg,
+                                       usage_lines, with_subnet)
     shape = shape_arg(args.shape)
-    if not osp.isfile(args.checkpoint):
-        # checked before the (slow) model build; the config is checked first by load_config
-        from mmdcs.utils.launch import load_config
-        load_config(args.config)
-        raise UserError(f'checkpoint not found: {args.checkpoint}')
+    require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model = build_model(cfg.model, scope)
     backbone = require_supernet(model, args.config)

@@ -74,11 +74,8 @@ def export(args) -> dict:
     from mmdcs.selection import file_sha256
     from mmdcs.utils.subnet_io import (build_model, complexity_lines, export_meta, human,
                                        load_model_checkpoint, load_task_config,
-                                       save_pruned_checkpoint, shape_arg)
-    if not osp.isfile(args.checkpoint):
-        from mmdcs.utils.launch import load_config
-        load_config(args.config)
-        raise UserError(f'checkpoint not found: {args.checkpoint}')
+                                       require_checkpoint, save_pruned_checkpoint, shape_arg)
+    require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model = build_model(cfg.model, scope)
     if not has_ofb_backbone(model) or not hasattr(model, 'finalize'):

@@ -92,6 +92,15 @@ def with_subnet(model_cfg, subnet):
     return cfg
 
 
+def require_checkpoint(config: str, checkpoint: str) -> None:
+    """A tool's CHECKPOINT argument, checked before anything slow (the model build): a clear
+    :class:`UserError` when missing (after the config's own check, so a bad config is named
+    first)."""
+    if not osp.isfile(checkpoint):
+        load_config(config)
+        raise UserError(f'checkpoint not found: {checkpoint}')
+
+
 def load_model_checkpoint(model: nn.Module, checkpoint: str) -> dict:
     """Load a checkpoint (mmengine's ``load_checkpoint``, strict) into ``model``; a clear
     :class:`UserError` when it is missing or does not fit. Returns the checkpoint dict."""
