@@ -23,12 +23,10 @@ import torch.nn as nn
 from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.structures import DataSample
 
+from mmdcs.models.backbones.dynamic_vit import PREDICTOR_KEYS
 from mmdcs.peers.dynamicvit import DynamicViTLoss
 from mmdcs.registry import MODELS
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
-
-#: parameters the student has and a plain teacher has not
-STUDENT_ONLY_KEYS = ('score_predictor.', 'fastmlp.')
 
 
 @MODELS.register_module()
@@ -147,7 +145,8 @@ class DynamicViTClassifier(ImageClassifier):
         if not self.init_from_teacher:
             return
         missing, unexpected = self.load_state_dict(self.teacher.state_dict(), strict=False)
-        missing = [k for k in missing if not any(s in k for s in STUDENT_ONLY_KEYS)]
+        # the predictors (and Swin's fast paths) are the student's own
+        missing = [k for k in missing if not any(s in k for s in PREDICTOR_KEYS)]
         if missing or unexpected:
             raise KeyError(f'DynamicViTClassifier: the teacher\'s weights do not fit the student; '
                            f'missing {missing[:10]}, unexpected {unexpected[:10]}')
