@@ -29,8 +29,8 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmdcs.peers.ofb import (BiMask, OFBAttention, OFBMlp, embed_choices, masked_layer_norm,
-                             reset_optimizer_state_, slice_param_, sync_layer_attrs_)
+from mmdcs.peers.ofb import (BiMask, OFBAttention, OFBMlp, compress_group_, embed_choices,
+                             masked_layer_norm, slice_param_, sync_layer_attrs_)
 from mmdcs.peers.ofb.arch import (ARCH_FORMAT, ArchFileError, check_blocks, check_family,
                                   check_width, load_arch)
 from mmdcs.peers.ofb.compress import Optimizers
@@ -424,19 +424,14 @@ class OFBSwin(OFBSupernetMixin, BaseModule):
             bm = stage.embed_bimask
             if bm is None or bm.is_finished:
                 continue
-            dropped = bm.drop_cells(threshold)
-            if dropped:
-                reset_optimizer_state_(bm.alpha, optimizers)
-            if bm.units != bm.extent():
-                keep = bm.keep_index()
+
+            def slice_embed(keep, i=i):
+                nonlocal out_keep
                 self.slice_stage_embed_(i, keep, optimizers)
                 if i == self.num_stages - 1:
                     out_keep = keep
-            if bm.num_active == 1:
-                bm.finish_()
-                reset_optimizer_state_(bm.score, optimizers)
-                dropped = True
-            changed |= dropped
+
+            changed |= compress_group_(bm, threshold, slice_embed, optimizers)
         return dict(changed=changed, out_keep=out_keep)
 
     def slice_stage_embed_(self, i: int, keep: Tensor, optimizers: Optimizers = None) -> None:

@@ -27,8 +27,8 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmdcs.peers.ofb import (BiMask, OFBAttention, OFBMlp, embed_choices, masked_layer_norm,
-                             reset_optimizer_state_, slice_param_, sync_layer_attrs_, vit_macs)
+from mmdcs.peers.ofb import (BiMask, OFBAttention, OFBMlp, compress_group_, embed_choices,
+                             masked_layer_norm, slice_param_, sync_layer_attrs_, vit_macs)
 from mmdcs.peers.ofb.arch import (ARCH_FORMAT, ArchFileError, check_blocks, check_family,
                                   check_width, load_arch)
 from mmdcs.peers.ofb.compress import Optimizers
@@ -354,17 +354,13 @@ class OFBViT(OFBSupernetMixin, BaseModule):
         out_keep = None
         bm = self.embed_bimask
         if bm is not None and not bm.is_finished:
-            dropped = bm.drop_cells(threshold)
-            if dropped:
-                reset_optimizer_state_(bm.alpha, optimizers)
-            if bm.units != bm.extent():
-                out_keep = bm.keep_index()
-                self.slice_embed_(out_keep, optimizers)
-            if bm.num_active == 1:
-                bm.finish_()
-                reset_optimizer_state_(bm.score, optimizers)
-                dropped = True
-            changed |= dropped
+
+            def slice_embed(keep):
+                nonlocal out_keep
+                out_keep = keep
+                self.slice_embed_(keep, optimizers)
+
+            changed |= compress_group_(bm, threshold, slice_embed, optimizers)
         return dict(changed=changed, out_keep=out_keep)
 
     def slice_embed_(self, keep: Tensor, optimizers: Optimizers = None) -> None:

@@ -16,8 +16,8 @@ schedules and the pruning every ΔT iterations are driven by ``mmdcs.OFBSearchHo
 """
 from .arch import ARCH_FORMAT, ArchFileError, load_arch, save_arch
 from .bimask import BiMask, embed_choices, head_choices, head_dim_choices, mlp_choices
-from .compress import (adopt_state_shapes_, as_optimizers, is_search_state, remap_param_,
-                       reset_optimizer_state_, slice_param_, sync_layer_attrs_)
+from .compress import (adopt_state_shapes_, as_optimizers, compress_group_, is_search_state,
+                       remap_param_, reset_optimizer_state_, slice_param_, sync_layer_attrs_)
 from .cost import vit_block_macs, vit_macs
 from .layers import OFBAttention, OFBMlp, masked_layer_norm
 from .losses import (SCORE_NORM_WEIGHTS, adaptive_one_hot_loss, entropy, flops_loss,
@@ -27,7 +27,7 @@ from .pmim import (PMIMDecoder, linear_schedule, local_norm_targets, pmim_loss,
 
 __all__ = [
     'ARCH_FORMAT', 'ArchFileError', 'load_arch', 'save_arch', 'BiMask', 'head_choices', 'head_dim_choices', 'mlp_choices', 'embed_choices',
-    'adopt_state_shapes_', 'as_optimizers', 'is_search_state', 'remap_param_',
+    'adopt_state_shapes_', 'as_optimizers', 'compress_group_', 'is_search_state', 'remap_param_',
     'reset_optimizer_state_', 'slice_param_', 'sync_layer_attrs_', 'vit_block_macs', 'vit_macs',
     'OFBAttention', 'OFBMlp', 'masked_layer_norm', 'SCORE_NORM_WEIGHTS', 'adaptive_one_hot_loss',
     'entropy', 'flops_loss', 'normalized_variance', 'score_norm', 'PMIMDecoder',

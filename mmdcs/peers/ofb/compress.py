@@ -69,6 +69,25 @@ def reset_optimizer_state_(param: nn.Parameter, optimizers: Optimizers = None) -
         opt.state.pop(param, None)
 
 
+def compress_group_(bimask, threshold: float, slice_units: Callable[[Tensor], None],
+                    optimizers: Optimizers = None) -> bool:
+    """One pruning step of one unit group (a searching :class:`~.bimask.BiMask`): drop its
+    cells with p ≤ threshold / n (and α's optimizer state), call ``slice_units(keep)`` with the
+    units the remaining cells can keep when that support shrank, and finish the group when one
+    cell is left (and forget S's optimizer state: S becomes a multiplier). Returns whether
+    anything changed."""
+    dropped = bimask.drop_cells(threshold)
+    if dropped:
+        reset_optimizer_state_(bimask.alpha, optimizers)
+    if bimask.units != bimask.extent():
+        slice_units(bimask.keep_index())
+    if bimask.num_active == 1:
+        bimask.finish_()
+        reset_optimizer_state_(bimask.score, optimizers)
+        return True
+    return dropped
+
+
 def sync_layer_attrs_(module: nn.Module) -> None:
     """Make the size attributes of the layers of ``module`` match their (sliced) weights:
     ``nn.Linear.in/out_features``, ``nn.Conv2d.in/out_channels``,

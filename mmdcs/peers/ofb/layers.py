@@ -22,8 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .bimask import BiMask, head_choices, head_dim_choices, mlp_choices
-from .compress import (Optimizers, remap_param_, reset_optimizer_state_, slice_param_,
-                       sync_layer_attrs_)
+from .compress import Optimizers, compress_group_, remap_param_, slice_param_, sync_layer_attrs_
 
 
 def masked_layer_norm(x: Tensor, norm: nn.LayerNorm, index: Optional[Tensor] = None) -> Tensor:
@@ -48,16 +47,8 @@ class _Searchable(nn.Module):
         bm = self.bimask
         if bm is None or bm.is_finished:
             return False
-        dropped = bm.drop_cells(threshold)
-        if dropped:
-            reset_optimizer_state_(bm.alpha, optimizers)
-        if bm.units != bm.extent():
-            self.slice_units_(bm.keep_index(), optimizers)
-        if bm.num_active == 1:
-            bm.finish_()
-            reset_optimizer_state_(bm.score, optimizers)
-            return True
-        return dropped
+        return compress_group_(bm, threshold, lambda keep: self.slice_units_(keep, optimizers),
+                               optimizers)
 
     def slice_units_(self, keep, optimizers: Optimizers = None) -> None:
         raise NotImplementedError
