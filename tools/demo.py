@@ -102,7 +102,7 @@ class Demo:
     def complexity(self, config, extra=()):
         """Params and FLOPs (mmengine.analysis) of the config's classifier at 64×64."""
         from mmdcs.analysis.complexity import count_flops, count_params
-        from mmdcs.utils.subnet_io import build_model, load_task_config
+        from mmdcs.apis.subnet_io import build_model, load_task_config
         cfg, scope = load_task_config(osp.join(ROOT, config),
                                       dict(o.split('=', 1) for o in extra))
         model = build_model(cfg.model, scope)
@@ -235,7 +235,7 @@ class Demo:
         import torch
 
         from mmdcs.analysis.latency import time_models
-        from mmdcs.utils.subnet_io import build_model, load_task_config
+        from mmdcs.apis.subnet_io import build_model, load_task_config
         built = {}
         for name, (config, opts) in models.items():
             cfg, scope = load_task_config(osp.join(ROOT, config),

@@ -23,7 +23,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.utils.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, user_errors
 
 
 def parse_args(argv=None):
@@ -62,7 +62,7 @@ def export(args) -> dict:
 
     from mmdcs.analysis.complexity import count_flops, count_params
     from mmdcs.selection import file_sha256
-    from mmdcs.utils.subnet_io import (backbone_cfg_of, backbone_prefix, block_summary,
+    from mmdcs.apis.subnet_io import (backbone_cfg_of, backbone_prefix, block_summary,
                                        build_model, complexity_lines, config_input_size,
                                        export_meta, human, load_model_checkpoint,
                                        load_task_config, pruned_model_state, require_checkpoint,
@@ -177,7 +177,7 @@ def _in_channels(backbone) -> int:
 
 
 def require_pruned(model):
-    from mmdcs.utils.subnet_io import mmdcs_backbone
+    from mmdcs.apis.subnet_io import mmdcs_backbone
     b = mmdcs_backbone(model)
     if b is None or b.subnet_spec is None:
         raise UserError('internal: the model built from the subnet has no pruned mmdcs backbone')

@@ -26,7 +26,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.utils.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, user_errors
 
 
 def parse_args(argv=None):
@@ -72,7 +72,7 @@ def export(args) -> dict:
     from mmdcs.peers.ofb.arch import save_arch
     from mmdcs.peers.ofb.supernet import has_ofb_backbone
     from mmdcs.selection import file_sha256
-    from mmdcs.utils.subnet_io import (build_model, complexity_lines, export_meta, human,
+    from mmdcs.apis.subnet_io import (build_model, complexity_lines, export_meta, human,
                                        load_model_checkpoint, load_task_config,
                                        require_checkpoint, save_pruned_checkpoint, shape_arg)
     require_checkpoint(args.config, args.checkpoint)

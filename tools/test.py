@@ -16,7 +16,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import ConfigDict, DictAction
 
-from mmdcs.utils.launch import (UserError, build_runner, check_data_paths, load_config,
+from mmdcs.apis.launch import (UserError, build_runner, check_data_paths, load_config,
                                 prepare_task, set_work_dir, setup_cpu_distributed, user_errors)
 
 #: visualization hook of each task, for --show-dir

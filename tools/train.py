@@ -19,7 +19,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import ConfigDict, DictAction
 
-from mmdcs.utils.launch import (UserError, build_runner, check_data_paths, enable_amp,
+from mmdcs.apis.launch import (UserError, build_runner, check_data_paths, enable_amp,
                                 load_config, prepare_task, set_work_dir, setup_cpu_distributed,
                                 user_errors)
 

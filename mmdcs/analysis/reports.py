@@ -5,17 +5,17 @@ dataset batches).
 
 Over the n images of the split, with X̃ the pre-logit features
 (``model.head.pre_logits(model.extract_feat(x))``), X the input representation
-(:func:`mmdcs.models.losses.input_representation`: 8×8 area average per channel, L2-normalised)
+(:func:`mmdcs.regularizers.input_representation`: 8×8 area average per channel, L2-normalised)
 and Y the labels:
 
-* **IB** (METHOD §6, :mod:`mmdcs.models.losses.ib_bound`): C = number of classes clusters for
+* **IB** (METHOD §6, :mod:`mmdcs.regularizers.ib`): C = number of classes clusters for
   X̃ and for X, centroids by seeded k-means (k-means++ then Lloyd) **on this set**,
   φ = soft assignments at scale s; the exact IB(W) = I(X̃;X) − I(X̃;Y) (:func:`ib_exact`), the
   bound IBB(W) with the optimal Q of eq. (7) (:func:`optimal_q`, :func:`ibb_full`) and its
   constant term (no gradient in training), the Lemma D.1 slack (:func:`lemma_d1_slack`) and
   whether IB ≤ IBB (Theorem 3.1; not guaranteed, see the module docs) and IB ≤ IBB + slack
   (always).
-* **KC** (METHOD §7, :mod:`mmdcs.models.losses.kcr`): S = X̃ᵀX̃/n, TNN ‖K‖_r with
+* **KC** (METHOD §7, :mod:`mmdcs.regularizers.kcr`): S = X̃ᵀX̃/n, TNN ‖K‖_r with
   r = ⌈γ·min(n, d)⌉ (γ = 0.1; :func:`tnn_exact`), KC(K) = min_h (h/n + sqrt(Σ_{i>h} λ̂_i / n))
   (:func:`kernel_complexity`) and the KCR lower/upper bounds of seed 001 Theorem 3.1
   (:func:`kcr_bounds`) from the residual ‖(I − ηK_n)^t Y‖_F² of t gradient-descent steps on the
@@ -47,10 +47,10 @@ def load_classifier(config: str, checkpoint: Optional[str] = None,
     (mean/std normalisation of the inputs).
 
     ``checkpoint`` None or ``'none'``: random initialisation (``init_weights``), for smoke
-    tests. Raises :class:`~mmdcs.utils.launch.UserError` with a clear message when the config or
+    tests. Raises :class:`~mmdcs.apis.launch.UserError` with a clear message when the config or
     checkpoint is missing or does not fit.
     """
-    from mmdcs.utils.subnet_io import build_model, load_model_checkpoint, load_task_config
+    from mmdcs.apis.subnet_io import build_model, load_model_checkpoint, load_task_config
     import copy
     cfg, scope = load_task_config(config, cfg_options)
     model_cfg = copy.deepcopy(cfg.model)
@@ -215,7 +215,7 @@ def dataset_batches(cfg, model: nn.Module, scope: str = 'mmpretrain', split: str
         try:
             dataset = DATASETS.build(ds_cfg)
         except (FileNotFoundError, OSError) as e:
-            from mmdcs.utils.launch import UserError
+            from mmdcs.apis.launch import UserError
             raise UserError(f'the {split} dataset of the config cannot be read: {e}') from e
     n = len(dataset)
     if max_images is not None and max_images < n:
@@ -240,10 +240,10 @@ def extract_features(model: nn.Module, batches: Iterable[Tuple[Tensor, Tensor]]
     """(features X̃ (n, d) float64, input representations X (n, 192) float64, labels (n,)).
 
     X̃ = ``model.head.pre_logits(model.extract_feat(x))`` (flattened), X =
-    :func:`~mmdcs.models.losses.input_representation` of the preprocessed input, as in
+    :func:`~mmdcs.regularizers.input_representation` of the preprocessed input, as in
     training.
     """
-    from mmdcs.models.losses import input_representation
+    from mmdcs.regularizers import input_representation
     model.eval()
     feats, reps, labels = [], [], []
     for x, y in batches:
@@ -277,7 +277,7 @@ def ib_report(features: Tensor, inputs_repr: Tensor, labels: Tensor, num_classes
     ibb_corrected (= ibb + slack), bound_holds (IB ≤ IBB), corrected_bound_holds, n, clusters,
     s.
     """
-    from mmdcs.models.losses import (ib_exact, ibb_full, kmeans, lemma_d1_slack, optimal_q,
+    from mmdcs.regularizers import (ib_exact, ibb_full, kmeans, lemma_d1_slack, optimal_q,
                                      soft_assign)
     n = features.shape[0]
     if n < num_classes:
@@ -313,7 +313,7 @@ def kc_report(features: Tensor, labels: Optional[Tensor] = None,
     step for which gradient descent is stable), steps (t), residual (‖(I−ηK_n)^t Y‖_F², a sum
     over the n samples), residual_per_sample, kcr_lower, kcr_upper (residual ∓ (KC + x/n)).
     """
-    from mmdcs.models.losses import (gd_residual_from_stats, kcr_bounds, kernel_complexity,
+    from mmdcs.regularizers import (gd_residual_from_stats, kcr_bounds, kernel_complexity,
                                      rank_for, tnn_exact)
     f = features.detach().double()
     n, d = f.shape
@@ -347,7 +347,7 @@ def classifier_report(model: nn.Module, batches: Iterable[Tuple[Tensor, Tensor]]
     accuracy on them (``accuracy``, %)."""
     feats, reps, labels = [], [], []
     correct = 0
-    from mmdcs.models.losses import input_representation
+    from mmdcs.regularizers import input_representation
     model.eval()
     with torch.no_grad():
         for x, y in batches:

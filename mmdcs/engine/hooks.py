@@ -106,7 +106,7 @@ class RegularizerHook(Hook):
 
     def _model(self, runner):
         model = unwrap_model(runner.model)
-        if getattr(model, 'reg_state', None) is None:
+        if getattr(model, 'regularizer', None) is None:
             raise ValueError('RegularizerHook needs a model with a regularizer: '
                              "type='mmdcs.ChannelSelectionClassifier' with "
                              "regularizer=dict(type='ib'|'kcr', ...)")
@@ -126,7 +126,7 @@ class RegularizerHook(Hook):
             raise ValueError(f'the head has num_classes = {num_classes} but the training set '
                              f'has {dataset_classes} classes: set model.head.num_classes')
         device = next(model.parameters()).device
-        model.reg_state.to(device)
+        model.regularizer.to(device)
 
     @staticmethod
     def _num_dataset_classes(dataset) -> Optional[int]:
@@ -141,12 +141,12 @@ class RegularizerHook(Hook):
 
     def before_train_epoch(self, runner) -> None:
         model = self._model(runner)
-        model.reg_state.begin_epoch()
+        model.regularizer.begin_epoch()
         model.reg_active = runner.epoch >= model.reg_cfg['t_warm']
 
     def after_train_epoch(self, runner) -> None:
         model = self._model(runner)
-        stats = model.reg_state.end_epoch()
+        stats = model.regularizer.end_epoch()
         scalars = {k: v for k, v in stats.items() if isinstance(v, float) and math.isfinite(v)}
         kind = model.reg_cfg['type']
         _log_scalars(runner, scalars, runner.epoch + 1, f'{kind}_')
@@ -157,7 +157,7 @@ class RegularizerHook(Hook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         model = self._model(runner)
         checkpoint[CHECKPOINT_KEY] = dict(type=model.reg_cfg['type'],
-                                          state=model.reg_state.state_dict())
+                                          state=model.regularizer.state_dict())
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         saved = checkpoint.get(CHECKPOINT_KEY)
@@ -167,4 +167,4 @@ class RegularizerHook(Hook):
         if saved['type'] != model.reg_cfg['type']:
             raise ValueError(f"the checkpoint holds a {saved['type']} state, the model uses "
                              f"{model.reg_cfg['type']}")
-        model.reg_state.load_state_dict(saved['state'])
+        model.regularizer.load_state_dict(saved['state'])

@@ -129,8 +129,8 @@ def test_cli_table_and_config(tmp_path, capsys):
 
 def test_shape_option_of_the_tools(capsys):
     """``--shape H [W]`` of complexity / export_subnet / ofb_export: one parser, one error."""
-    from mmdcs.utils.launch import UserError
-    from mmdcs.utils.subnet_io import shape_arg
+    from mmdcs.apis.launch import UserError
+    from mmdcs.apis.subnet_io import shape_arg
     assert shape_arg(None) is None and shape_arg([]) is None
     assert shape_arg([64]) == (64, 64) and shape_arg([64, 96]) == (64, 96)
     with pytest.raises(UserError, match=r'--shape takes H or H W, got \[1, 2, 3\]'):

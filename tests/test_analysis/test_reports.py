@@ -13,7 +13,7 @@ import torch
 
 from mmdcs.analysis.plots import epoch_series, load_records, plot_logs, summary_table
 from mmdcs.analysis.reports import classifier_report, format_report, ib_report, kc_report
-from mmdcs.models.losses import (ib_exact, ibb_full, kernel_complexity, kmeans, optimal_q,
+from mmdcs.regularizers import (ib_exact, ibb_full, kernel_complexity, kmeans, optimal_q,
                                  soft_assign, tnn_exact)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))

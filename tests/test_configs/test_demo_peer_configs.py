@@ -16,7 +16,7 @@ def _cfg(name, **options):
 
 
 def _build(cfg):
-    from mmdcs.utils.subnet_io import build_model
+    from mmdcs.apis.subnet_io import build_model
     return build_model(cfg.model, 'mmpretrain').eval()
 
 

@@ -52,7 +52,7 @@ class _CaptureState(Hook):
         self.state = None
 
     def before_train(self, runner):
-        self.state = runner.model.reg_state.state_dict()
+        self.state = runner.model.regularizer.state_dict()
 
 
 @pytest.mark.xdist_group('train')

@@ -112,7 +112,7 @@ def test_test_py_evaluates_the_checkpoint_given_whatever_load_from_says(tmp_path
     """--cfg-options load_from=... (e.g. reused from a fine-tuning run) must not replace the
     CHECKPOINT argument of tools/test.py."""
     import importlib.util
-    from mmdcs.utils.launch import load_config
+    from mmdcs.apis.launch import load_config
     root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
     spec = importlib.util.spec_from_file_location('mmdcs_tool_test',
                                                   osp.join(root, 'tools', 'test.py'))
@@ -164,7 +164,7 @@ def test_bad_subnet_file_is_one_clear_error_in_train_py(tiny_digits, tmp_path, r
 def test_user_errors_turns_input_file_errors_into_one_line(capsys):
     from mmdcs.peers.ofb.arch import ArchFileError
     from mmdcs.selection import SubnetError
-    from mmdcs.utils.launch import user_errors
+    from mmdcs.apis.launch import user_errors
     for exc in (SubnetError('subnet.json: 3 blocks for 12'), ArchFileError('arch.json: bad')):
         with pytest.raises(SystemExit) as e:
             with user_errors():

@@ -23,7 +23,7 @@ model = dict(
 
 
 def _build(model_cfg):
-    from mmdcs.utils.subnet_io import build_model
+    from mmdcs.apis.subnet_io import build_model
     import mmpretrain.utils
     mmpretrain.utils.register_all_modules(init_default_scope=False)
     return build_model(model_cfg, 'mmpretrain').eval()

@@ -40,7 +40,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.utils.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, user_errors
 
 
 def parse_args(argv=None):

@@ -130,12 +130,12 @@ def regularizer_benchmark(args):
         data = batch(args.batch, args.size, 1)
         optim = build_optim_wrapper(model, dict(optimizer=dict(type='AdamW', lr=1e-4)))
         # fill the statistics once (centroids / V_r exist after a refresh)
-        model.reg_state.begin_epoch()
+        model.regularizer.begin_epoch()
         for s in range(3):
             model.train()
             _loss(model, batch(args.batch, args.size, 10 + s))
-        model.reg_state.end_epoch()
-        model.reg_state.begin_epoch()
+        model.regularizer.end_epoch()
+        model.regularizer.begin_epoch()
 
         def step(active):
             def fn():
@@ -144,9 +144,9 @@ def regularizer_benchmark(args):
                 optim.update_params(_loss(model, data))
             return fn
 
-        state, model.reg_state = model.reg_state, None
+        state, model.regularizer = model.regularizer, None
         t_off = timed(step(False), args.steps, args.repeats)
-        model.reg_state = state
+        model.regularizer = state
         t_on = timed(step(True), args.steps, args.repeats)
         print(f'  step without the term    {t_off * 1e3:8.1f} ms   1.00×')
         print(f'  step with the {kind:<3} term   {t_on * 1e3:8.1f} ms   {t_on / t_off:.3f}×'
@@ -154,7 +154,7 @@ def regularizer_benchmark(args):
 
 
 def memory_benchmark(args):
-    from mmdcs.models.losses import IBState, KCRState, input_representation
+    from mmdcs.regularizers import IBState, KCRState, input_representation
     print('state memory vs number of streamed samples (bytes of every state tensor):')
     dim, C = 384, 100
     for name, make in (('IBState', lambda: IBState(C, dim)), ('KCRState', lambda: KCRState(dim))):

@@ -26,7 +26,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.utils.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, user_errors
 
 
 def parse_args(argv=None):
@@ -91,7 +91,7 @@ def run_table(args) -> str:
 def run_config(args) -> list:
     from mmdcs.analysis.complexity import count_flops, count_params
     from mmdcs.selection import SubnetSpec
-    from mmdcs.utils.subnet_io import (build_model, complexity_lines, config_input_size,
+    from mmdcs.apis.subnet_io import (build_model, complexity_lines, config_input_size,
                                        load_task_config, mmdcs_backbone, shape_arg,
                                        with_subnet)
     cfg, scope = load_task_config(args.config, args.cfg_options)

@@ -44,7 +44,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.utils.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, user_errors
 
 
 def parse_args(argv=None):
@@ -107,7 +107,7 @@ def _config_pair(args):
     import copy
     from mmdcs.analysis.latency import is_peer_backbone, plain_baseline
     from mmdcs.selection import SubnetSpec
-    from mmdcs.utils.subnet_io import (backbone_cfg_of, build_model, config_input_size,
+    from mmdcs.apis.subnet_io import (backbone_cfg_of, build_model, config_input_size,
                                        load_task_config, mmdcs_backbone, with_subnet)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model_cfg = cfg.model

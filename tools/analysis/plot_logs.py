@@ -19,7 +19,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.utils.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, user_errors
 
 
 def parse_args(argv=None):

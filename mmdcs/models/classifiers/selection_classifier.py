@@ -18,13 +18,11 @@ import torch
 from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.structures import DataSample
 
-from mmdcs.models.losses import IBState, KCRState, NystromKCR, input_representation
 from mmdcs.registry import MODELS
+from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import COST_MODES, arch_parameters
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
-REGULARIZERS = ('ib', 'kcr')
-KCR_ROUTES = ('exact', 'nystrom')
 STEP_KINDS = ('weight', 'arch')
 
 
@@ -48,8 +46,8 @@ class ChannelSelectionClassifier(ImageClassifier):
             with architecture parameters (a DCS/KCR supernet).
         regularizer: the retraining term, ``dict(type='ib', eta=50., t_warm=90, s=1.)`` or
             ``dict(type='kcr', eta=1., t_warm=90, gamma=0.1, route='exact')`` (route
-            'nystrom' with ``num_landmarks``). Other keys go to the state object
-            (:class:`~mmdcs.models.losses.IBState`, ``KCRState``, ``NystromKCR``).
+            'nystrom' with ``num_landmarks``). Other keys go to the regulariser
+            (:mod:`mmdcs.regularizers`: ``IBState``, ``KCRState``, ``NystromKCR``).
     """
 
     def __init__(self, backbone: dict, neck: Optional[dict] = None, head: Optional[dict] = None,
@@ -67,12 +65,12 @@ class ChannelSelectionClassifier(ImageClassifier):
         self.step_kind: Optional[str] = None
         self.cost_cfg = self._check_cost(cost)
         self.reg_cfg: Optional[dict] = None
-        #: the IB/KCR state (a plain object, not a module: DDP must not broadcast its sums)
-        self.reg_state = None
+        #: the IB/KCR regulariser (a plain object, not a module: DDP must not broadcast its sums)
+        self.regularizer: Optional[Regularizer] = None
         #: set by RegularizerHook: whether the term is in the loss this epoch (t ≥ t_warm)
         self.reg_active = False
         if regularizer is not None:
-            self.reg_cfg, self.reg_state = self._build_regularizer(regularizer)
+            self.reg_cfg, self.regularizer = self._build_regularizer(regularizer)
 
     # --------------------------------------------------------------------- configuration
     def _check_cost(self, cost: Optional[dict]) -> Optional[dict]:
@@ -99,25 +97,16 @@ class ChannelSelectionClassifier(ImageClassifier):
 
     def _build_regularizer(self, regularizer: dict):
         cfg = dict(regularizer)
-        kind = cfg.pop('type', None)
+        kind = cfg.get('type', None)
         if kind not in REGULARIZERS:
-            raise ValueError(f'regularizer.type must be one of {REGULARIZERS}, got {kind!r}')
-        eta = _positive('regularizer.eta (η)', cfg.pop('eta', 50. if kind == 'ib' else 1.))
+            raise ValueError(f'regularizer.type must be one of {tuple(sorted(REGULARIZERS))}, '
+                             f'got {kind!r}')
+        eta = _positive('regularizer.eta (η)', cfg.pop('eta', REGULARIZERS[kind].default_eta))
         t_warm = int(cfg.pop('t_warm', 0))
         if t_warm < 0:
             raise ValueError(f'regularizer.t_warm must be ≥ 0, got {t_warm}')
-        num_classes = getattr(self.head, 'num_classes', None)
-        feat_dim = self._feature_dim()
-        if kind == 'ib':
-            if num_classes is None:
-                raise ValueError('the IB regularizer needs a head with num_classes')
-            state = IBState(num_classes, feat_dim, **cfg)
-        else:
-            route = cfg.pop('route', 'exact')
-            if route not in KCR_ROUTES:
-                raise ValueError(f'regularizer.route must be one of {KCR_ROUTES}, got {route!r}')
-            state = KCRState(feat_dim, **cfg) if route == 'exact' else NystromKCR(feat_dim, **cfg)
-        return dict(type=kind, eta=eta, t_warm=t_warm), state
+        reg = build_regularizer(cfg, self._feature_dim(), getattr(self.head, 'num_classes', None))
+        return dict(type=kind, eta=eta, t_warm=t_warm), reg
 
     def _feature_dim(self) -> int:
         """Width of the pre-logit features X̃ (what ``head.pre_logits`` returns): the head's
@@ -163,7 +152,7 @@ class ChannelSelectionClassifier(ImageClassifier):
         losses = self.head.loss(feats, data_samples)
         if self.cost_cfg is not None and self.step_kind == 'arch':
             losses.update(self.search_terms())
-        if self.reg_state is not None and self.training:
+        if self.regularizer is not None and self.training:
             losses.update(self._regularizer_terms(inputs, feats, data_samples))
         return losses
 
@@ -172,19 +161,10 @@ class ChannelSelectionClassifier(ImageClassifier):
         if features.dim() != 2:
             features = features.flatten(1)
         labels = torch.cat([ds.gt_label for ds in data_samples]).to(features.device)
-        kind, eta = self.reg_cfg['type'], self.reg_cfg['eta']
-        out = {}
-        if kind == 'ib':
-            x_repr = input_representation(inputs.detach())
-            self.reg_state.update(features.detach(), labels, x_repr)
-            if self.reg_active:
-                ibb = self.reg_state.loss(features, labels, x_repr)
-                out['loss_ib'] = eta * ibb.variational
-                out['ibb'] = ibb.ibb.detach()
-                if ibb.constant is not None:
-                    out['ibb_const'] = ibb.constant.detach()
-        else:
-            self.reg_state.update(features.detach(), labels)
-            if self.reg_active:
-                out['loss_kcr'] = eta * self.reg_state.loss(features)
+        self.regularizer.update(features.detach(), labels, inputs)
+        if not self.reg_active:
+            return {}
+        terms = self.regularizer.batch_loss(features, labels, inputs)
+        out = {f'loss_{self.regularizer.name}': self.reg_cfg['eta'] * terms.pop('loss')}
+        out.update(terms)
         return out

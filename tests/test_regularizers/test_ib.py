@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mmdcs.models.losses import (IBState, MiniBatchKMeans, ib_bound_decomposition, ib_exact,
+from mmdcs.regularizers import (IBState, MiniBatchKMeans, ib_bound_decomposition, ib_exact,
                                  ibb_full, input_representation, kmeans, kmeans_pp_init,
                                  lemma_d1_slack, lloyd_step, log_soft_assign, optimal_q,
                                  soft_assign)
 
-from _dist_utils import run_distributed  # noqa: E402 (tests/test_losses is on sys.path)
+from _dist_utils import run_distributed  # noqa: E402 (tests/test_regularizers is on sys.path)
 
 SCALES = (0.1, 1.0, 5.0, 20.0)
 TOL = 1e-9  # float64 round-off allowance for the inequalities (nats)

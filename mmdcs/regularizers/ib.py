@@ -73,19 +73,22 @@ So the IBB value logged at s = 1 is not an upper bound of IB. The corrected boun
 IB ≤ IBB + lemma_d1_slack always holds; the added term depends on the inputs only, so the
 gradient of the training loss — the only thing the training uses — is unchanged.
 """
-import math
-from collections import OrderedDict
-from numbers import Integral, Real
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .base import Regularizer, register
+from .checks import check_int, check_labels, check_matrix, check_scale
+from .distributed import all_gather_rows, all_reduce_sum_, broadcast_, world_size
+from .kmeans import MiniBatchKMeans, kmeans
+from .state import TensorState
+
 __all__ = [
-    'INPUT_SIZE', 'input_representation', 'soft_assign', 'log_soft_assign', 'kmeans_pp_init',
-    'lloyd_step', 'kmeans', 'MiniBatchKMeans', 'IBState', 'IBBOutput', 'IBTerms', 'optimal_q',
-    'ib_exact', 'ibb_full', 'lemma_d1_slack', 'ib_bound_decomposition'
+    'INPUT_SIZE', 'input_representation', 'soft_assign', 'log_soft_assign', 'IBState',
+    'IBBOutput', 'IBTerms', 'optimal_q', 'ib_exact', 'ibb_full', 'lemma_d1_slack',
+    'ib_bound_decomposition', 'IBRegularizer'
 ]
 
 #: side of the area-averaged image of the input representation (3·8·8 = 192 values)
@@ -93,143 +96,7 @@ INPUT_SIZE = 8
 
 
 # ---------------------------------------------------------------------------------------------
-# argument checks (ValueError naming the argument)
-# ---------------------------------------------------------------------------------------------
-def _check_scale(s, name: str = 's') -> float:
-    if isinstance(s, bool) or not isinstance(s, Real) or not math.isfinite(s) or s <= 0:
-        raise ValueError(f'{name} (the soft-assignment scale) must be a finite number > 0, '
-                         f'got {s!r}')
-    return float(s)
-
-
-def _check_int(v, name: str, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, Integral) or v < minimum:
-        raise ValueError(f'{name} must be an integer >= {minimum}, got {v!r}')
-    return int(v)
-
-
-def _check_matrix(x, name: str, dim: Optional[int] = None) -> Tensor:
-    if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
-        desc = f'a {x.dim()}-D {x.dtype} tensor' if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f'{name} must be a 2-D floating tensor (rows = samples), got {desc}')
-    if dim is not None and x.shape[1] != dim:
-        raise ValueError(f'{name}: feature dimension mismatch, expected {dim} columns, '
-                         f'got shape {tuple(x.shape)}')
-    return x
-
-
-def _check_labels(labels, n: int, num_classes: int, name: str = 'labels') -> Tensor:
-    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.is_floating_point() \
-            or labels.dtype == torch.bool or labels.is_complex():
-        raise ValueError(f'{name} must be a 1-D integer tensor of class indices')
-    if labels.shape[0] != n:
-        raise ValueError(f'{name}: {labels.shape[0]} labels for {n} samples')
-    if n and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
-        raise ValueError(f'{name} out of range: must lie in [0, {num_classes}), got '
-                         f'min {int(labels.min())}, max {int(labels.max())}')
-    return labels.long()
-
-
-# ---------------------------------------------------------------------------------------------
-# distributed helpers (shared with kcr.py; no-ops without an initialised process group)
-# ---------------------------------------------------------------------------------------------
-def _world_size() -> int:
-    import torch.distributed as dist
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
-
-
-def _all_reduce_sum_(*tensors: Tensor) -> None:
-    """In-place SUM over the ranks (nothing when not distributed)."""
-    if _world_size() > 1:
-        import torch.distributed as dist
-        for t in tensors:
-            dist.all_reduce(t, op=dist.ReduceOp.SUM)
-
-
-def _all_gather_rows(t: Tensor) -> Tensor:
-    """Concatenate the rows of ``t`` from every rank, in rank order (sizes may differ)."""
-    if _world_size() == 1:
-        return t
-    import torch.distributed as dist
-    world = _world_size()
-    size = torch.tensor([t.shape[0]], device=t.device, dtype=torch.long)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
-    sizes = [int(s) for s in sizes]
-    longest = max(sizes)
-    padded = t.new_zeros((longest, ) + tuple(t.shape[1:]))
-    padded[:t.shape[0]] = t
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    return torch.cat([p[:s] for p, s in zip(parts, sizes)])
-
-
-def _broadcast_(t: Tensor, src: int = 0) -> None:
-    if _world_size() > 1:
-        import torch.distributed as dist
-        dist.broadcast(t, src=src)
-
-
-class _TensorState:
-    """A small container of named tensors with ``state_dict``/``load_state_dict``/``to``.
-
-    Deliberately **not** an ``nn.Module``: registered as a submodule of a DDP-wrapped model, its
-    buffers would be overwritten by rank 0's at every forward (``broadcast_buffers``), which
-    would destroy the per-rank running sums. The owner (a hook) saves it in checkpoints.
-    """
-    _state_names: Tuple[str, ...] = ()
-    _state_children: Tuple[str, ...] = ()
-
-    def named_tensors(self, prefix: str = '') -> Iterator[Tuple[str, Tensor]]:
-        for name in self._state_names:
-            yield prefix + name, getattr(self, name)
-        for child in self._state_children:
-            yield from getattr(self, child).named_tensors(prefix + child + '.')
-
-    def state_dict(self) -> 'OrderedDict[str, Tensor]':
-        return OrderedDict((k, v.detach().clone()) for k, v in self.named_tensors())
-
-    def load_state_dict(self, state_dict: Dict[str, Tensor], strict: bool = True) -> None:
-        own = dict(self.named_tensors())
-        missing = sorted(set(own) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(own))
-        if strict and (missing or unexpected):
-            raise KeyError(f'{type(self).__name__}.load_state_dict: missing keys {missing}, '
-                           f'unexpected keys {unexpected}')
-        for key, value in state_dict.items():
-            if key not in own:
-                continue
-            target = own[key]
-            value = torch.as_tensor(value)
-            if tuple(value.shape) != tuple(target.shape):
-                raise ValueError(f'{type(self).__name__}.load_state_dict: {key} has shape '
-                                 f'{tuple(value.shape)}, expected {tuple(target.shape)}')
-            target.copy_(value.to(device=target.device, dtype=target.dtype))
-        self._after_load()
-
-    def _after_load(self) -> None:
-        pass
-
-    def to(self, device) -> '_TensorState':
-        for name in self._state_names:
-            setattr(self, name, getattr(self, name).to(device))
-        for child in self._state_children:
-            getattr(self, child).to(device)
-        return self
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.named_tensors())[1].device
-
-    def tensor_sizes(self) -> Dict[str, Tuple[int, ...]]:
-        """Name → shape of every state tensor (constant whatever the number of samples fed)."""
-        return {k: tuple(v.shape) for k, v in self.named_tensors()}
-
-
-# ---------------------------------------------------------------------------------------------
-# representation, soft assignment, k-means
+# representation and soft assignment
 # ---------------------------------------------------------------------------------------------
 def input_representation(images: Tensor, size: int = INPUT_SIZE) -> Tensor:
     """X_i: images (B, ch, H, W) → (B, ch·size²), area-averaged to size×size, L2-normalised.
@@ -244,14 +111,9 @@ def input_representation(images: Tensor, size: int = INPUT_SIZE) -> Tensor:
         raise ValueError('images must be a floating (B, channels, H, W) tensor, got '
                          + (f'shape {tuple(images.shape)} {images.dtype}'
                             if isinstance(images, Tensor) else type(images).__name__))
-    size = _check_int(size, 'size', 1)
+    size = check_int(size, 'size', 1)
     pooled = F.adaptive_avg_pool2d(images.detach(), size)
     return F.normalize(pooled.flatten(1), dim=1)
-
-
-def _sq_dist(x: Tensor, c: Tensor) -> Tensor:
-    """‖x_i − c_a‖² (n, k), clamped at 0."""
-    return ((x * x).sum(1, keepdim=True) - 2 * x @ c.t() + (c * c).sum(1)[None]).clamp_min(0)
 
 
 def log_soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
@@ -260,9 +122,9 @@ def log_soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
     Computed as log_softmax_a(s·(2 v·c_a − ‖c_a‖²)): the same values (the ‖v‖² term is a
     per-row constant), without the cancellation of large norms.
     """
-    s = _check_scale(s)
-    _check_matrix(v, 'v')
-    _check_matrix(centroids, 'centroids', v.shape[1])
+    s = check_scale(s)
+    check_matrix(v, 'v')
+    check_matrix(centroids, 'centroids', v.shape[1])
     c = centroids.to(device=v.device, dtype=v.dtype)
     return torch.log_softmax(s * (2 * v @ c.t() - (c * c).sum(1)[None]), dim=1)
 
@@ -270,129 +132,6 @@ def log_soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
 def soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
     """φ(v, a) = softmax_a(−s·‖v − c_a‖²) (seed 000, 3.3), (n, k); rows sum to 1."""
     return log_soft_assign(v, centroids, s).exp()
-
-
-def _nearest(x: Tensor, centroids: Tensor) -> Tensor:
-    """Index of the nearest centroid (ties: the lowest index), computed in float64."""
-    x = x.to(torch.float64)
-    c = centroids.to(device=x.device, dtype=torch.float64)
-    return (-2 * x @ c.t() + (c * c).sum(1)[None]).argmin(1)
-
-
-def _default_generator(generator: Optional[torch.Generator], seed: int = 0) -> torch.Generator:
-    return generator if generator is not None else torch.Generator().manual_seed(seed)
-
-
-def kmeans_pp_init(x: Tensor, k: int, generator: Optional[torch.Generator] = None) -> Tensor:
-    """k-means++ seeding (Arthur & Vassilvitskii 2007): (k, d) centroids chosen among ``x``.
-
-    The first centroid is uniform, the next ones are drawn with probability ∝ D², the squared
-    distance to the nearest centroid so far. Sampling uses the CPU ``generator`` (default: a
-    generator seeded with 0), so the result is a deterministic function of (x, k, seed).
-    """
-    _check_matrix(x, 'x')
-    n = x.shape[0]
-    k = _check_int(k, 'k', 1)
-    if k > n:
-        raise ValueError(f'k-means++ needs at least k = {k} samples, got {n}')
-    g = _default_generator(generator)
-    xs = x.detach().to('cpu', torch.float64)
-    chosen = [int(torch.randint(n, (1, ), generator=g))]
-    d2 = _sq_dist(xs, xs[chosen[-1]][None])[:, 0]
-    for _ in range(1, k):
-        if float(d2.sum()) > 0:
-            j = int(torch.multinomial(d2, 1, generator=g))
-        else:  # every point coincides with a centroid: uniform among the unchosen ones
-            free = torch.ones(n, dtype=torch.bool)
-            free[chosen] = False
-            cand = free.nonzero()[:, 0]
-            j = int(cand[torch.randint(len(cand), (1, ), generator=g)])
-        chosen.append(j)
-        d2 = torch.minimum(d2, _sq_dist(xs, xs[j][None])[:, 0])
-    return x.detach()[torch.tensor(chosen, device=x.device)].clone()
-
-
-def lloyd_step(x: Tensor, centroids: Tensor) -> Tuple[Tensor, Tensor]:
-    """One full-batch Lloyd iteration: (new centroids, counts); an empty cluster keeps its
-    centroid. float64; the reference for :class:`MiniBatchKMeans`."""
-    _check_matrix(x, 'x')
-    _check_matrix(centroids, 'centroids', x.shape[1])
-    x = x.detach().to(torch.float64)
-    c = centroids.detach().to(device=x.device, dtype=torch.float64)
-    idx = _nearest(x, c)
-    sums = torch.zeros_like(c).index_add_(0, idx, x)
-    counts = torch.bincount(idx, minlength=c.shape[0])
-    new = c.clone()
-    keep = counts > 0
-    new[keep] = sums[keep] / counts[keep, None].to(torch.float64)
-    return new, counts
-
-
-def kmeans(x: Tensor, k: int, iters: int = 20,
-           generator: Optional[torch.Generator] = None) -> Tensor:
-    """k-means++ seeding, then up to ``iters`` Lloyd iterations (stops when stable); float64."""
-    iters = _check_int(iters, 'iters', 0)
-    c = kmeans_pp_init(x, k, generator).to(torch.float64)
-    for _ in range(iters):
-        new, _ = lloyd_step(x, c)
-        if torch.equal(new, c):
-            break
-        c = new
-    return c
-
-
-class MiniBatchKMeans(_TensorState):
-    """Streaming k-means over mini-batches: the exact Lloyd step, accumulated.
-
-    :meth:`partial_fit` assigns each row to its nearest current centroid and adds it to that
-    cluster's float64 sum and count; :meth:`step` sets every non-empty centroid to sum / count
-    (empty clusters keep theirs) and resets the sums. Over one pass this is exactly one
-    full-batch Lloyd iteration (:func:`lloyd_step`) on the concatenated rows, whatever the batch
-    sizes and order. :meth:`all_reduce` sums the accumulators across DDP ranks first.
-    Memory: O(k·d).
-    """
-    _state_names = ('centroids', 'sums', 'counts')
-
-    def __init__(self, num_clusters: int, dim: int, device='cpu'):
-        self.num_clusters = _check_int(num_clusters, 'num_clusters', 1)
-        self.dim = _check_int(dim, 'dim', 1)
-        self.centroids = torch.zeros(num_clusters, dim, dtype=torch.float64, device=device)
-        self.sums = torch.zeros_like(self.centroids)
-        self.counts = torch.zeros(num_clusters, dtype=torch.long, device=device)
-
-    def set_centroids(self, centroids: Tensor) -> None:
-        _check_matrix(centroids, 'centroids', self.dim)
-        if centroids.shape[0] != self.num_clusters:
-            raise ValueError(f'centroids: expected {self.num_clusters} rows, got '
-                             f'{centroids.shape[0]}')
-        self.centroids.copy_(centroids.detach().to(self.centroids))
-
-    def assign(self, x: Tensor) -> Tensor:
-        _check_matrix(x, 'x', self.dim)
-        return _nearest(x.to(self.centroids.device), self.centroids)
-
-    def partial_fit(self, x: Tensor) -> Tensor:
-        """Accumulate a batch; returns its hard assignments."""
-        x = _check_matrix(x, 'x', self.dim).detach().to(self.centroids.device, torch.float64)
-        idx = _nearest(x, self.centroids)
-        self.sums.index_add_(0, idx, x)
-        self.counts += torch.bincount(idx, minlength=self.num_clusters)
-        return idx
-
-    def all_reduce(self) -> None:
-        _all_reduce_sum_(self.sums, self.counts)
-
-    def step(self) -> int:
-        """Centroids ← sums / counts (non-empty clusters); resets; returns #empty clusters."""
-        keep = self.counts > 0
-        self.centroids[keep] = self.sums[keep] / self.counts[keep, None].to(torch.float64)
-        empty = int((~keep).sum())
-        self.reset()
-        return empty
-
-    def reset(self) -> None:
-        self.sums.zero_()
-        self.counts.zero_()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,7 +158,7 @@ class IBTerms(NamedTuple):
 
 
 def _check_assign(p: Tensor, name: str, n: Optional[int] = None) -> Tensor:
-    _check_matrix(p, name)
+    check_matrix(p, name)
     if n is not None and p.shape[0] != n:
         raise ValueError(f'{name}: {p.shape[0]} rows, expected {n} (one per sample)')
     return p.detach().to(torch.float64)
@@ -433,9 +172,9 @@ def _mutual_information(joint: Tensor) -> Tensor:
 
 def optimal_q(feat_assign: Tensor, labels: Tensor, num_classes: int) -> Tensor:
     """Eq. (7): Q(a|y) = Σ_i φ(X̃_i,a) 1[y_i=y] / Σ_i 1[y_i=y], (C, A); unseen classes uniform."""
-    num_classes = _check_int(num_classes, 'num_classes', 2)
+    num_classes = check_int(num_classes, 'num_classes', 2)
     p = _check_assign(feat_assign, 'feat_assign')
-    labels = _check_labels(labels, p.shape[0], num_classes).to(p.device)
+    labels = check_labels(labels, p.shape[0], num_classes).to(p.device)
     sums = torch.zeros(num_classes, p.shape[1], dtype=torch.float64,
                        device=p.device).index_add_(0, labels, p)
     counts = torch.bincount(labels, minlength=num_classes)
@@ -451,11 +190,11 @@ def ib_exact(feat_assign: Tensor, input_assign: Tensor, labels: Tensor,
 
     P(a,b) = (1/n) Σ_i φ(X̃_i,a) φ(X_i,b), P(a,y) = (1/n) Σ_i φ(X̃_i,a) 1[y_i=y]; float64.
     """
-    num_classes = _check_int(num_classes, 'num_classes', 2)
+    num_classes = check_int(num_classes, 'num_classes', 2)
     pf = _check_assign(feat_assign, 'feat_assign')
     n = pf.shape[0]
     px = _check_assign(input_assign, 'input_assign', n).to(pf.device)
-    labels = _check_labels(labels, n, num_classes).to(pf.device)
+    labels = check_labels(labels, n, num_classes).to(pf.device)
     onehot = F.one_hot(labels, num_classes).to(torch.float64)
     i_x = _mutual_information(pf.t() @ px / n)
     i_y = _mutual_information(pf.t() @ onehot / n)
@@ -468,14 +207,14 @@ def ibb_full(feat_assign: Tensor, input_assign: Tensor, labels: Tensor, q: Tenso
 
     The first term is computed literally, Σ_a Σ_b φ(X̃_i,a) φ(X_i,b) log φ(X_i,b).
     """
-    _check_matrix(q, 'q')
+    check_matrix(q, 'q')
     pf = _check_assign(feat_assign, 'feat_assign')
     n = pf.shape[0]
     if q.shape[1] != pf.shape[1]:
         raise ValueError(f'q: {q.shape[1]} clusters, feat_assign has {pf.shape[1]}')
     px = _check_assign(input_assign, 'input_assign', n).to(pf.device)
-    labels = _check_labels(labels, n, q.shape[0]).to(pf.device)
-    q_min = _check_scale(q_min, 'q_min')
+    labels = check_labels(labels, n, q.shape[0]).to(pf.device)
+    q_min = check_scale(q_min, 'q_min')
     log_q = torch.log(q.detach().to(device=pf.device, dtype=torch.float64).clamp_min(q_min))
     constant = (pf.sum(1) * torch.xlogy(px, px).sum(1)).mean()
     variational = -(pf * log_q[labels]).sum(1).mean()
@@ -503,11 +242,11 @@ def ib_bound_decomposition(feat_assign: Tensor, input_assign: Tensor, labels: Te
 
     Theorem 3.1 holds for this data iff kl_q + h_feat_given_input ≥ mean_input_entropy.
     """
-    _check_matrix(q, 'q')
+    check_matrix(q, 'q')
     pf = _check_assign(feat_assign, 'feat_assign')
     n = pf.shape[0]
     px = _check_assign(input_assign, 'input_assign', n).to(pf.device)
-    labels = _check_labels(labels, n, q.shape[0]).to(pf.device)
+    labels = check_labels(labels, n, q.shape[0]).to(pf.device)
     q = q.detach().to(device=pf.device, dtype=torch.float64)
     num_classes = q.shape[0]
     onehot = F.one_hot(labels, num_classes).to(torch.float64)
@@ -526,7 +265,7 @@ def ib_bound_decomposition(feat_assign: Tensor, input_assign: Tensor, labels: Te
 # ---------------------------------------------------------------------------------------------
 # the streaming state
 # ---------------------------------------------------------------------------------------------
-class IBState(_TensorState):
+class IBState(TensorState):
     """Everything the IB term of DCS needs across batches, epochs, ranks and resumes.
 
     Args:
@@ -555,18 +294,18 @@ class IBState(_TensorState):
     def __init__(self, num_classes: int, feat_dim: int, input_dim: int = 3 * INPUT_SIZE ** 2,
                  s: float = 1.0, q_min: float = 1e-8, init_samples: Optional[int] = None,
                  feature_init_iters: int = 10, seed: int = 0, device='cpu'):
-        self.num_classes = _check_int(num_classes, 'num_classes', 2)
-        self.feat_dim = _check_int(feat_dim, 'feat_dim', 1)
-        self.input_dim = _check_int(input_dim, 'input_dim', 1)
-        self.s = _check_scale(s)
-        self.q_min = _check_scale(q_min, 'q_min')
+        self.num_classes = check_int(num_classes, 'num_classes', 2)
+        self.feat_dim = check_int(feat_dim, 'feat_dim', 1)
+        self.input_dim = check_int(input_dim, 'input_dim', 1)
+        self.s = check_scale(s)
+        self.q_min = check_scale(q_min, 'q_min')
         if q_min >= 1:
             raise ValueError(f'q_min must be in (0, 1), got {q_min!r}')
         if init_samples is None:
             init_samples = max(4 * num_classes, 256)
-        self.init_samples = _check_int(init_samples, 'init_samples', num_classes)
-        self.feature_init_iters = _check_int(feature_init_iters, 'feature_init_iters', 0)
-        self.seed = _check_int(seed, 'seed', 0)
+        self.init_samples = check_int(init_samples, 'init_samples', num_classes)
+        self.feature_init_iters = check_int(feature_init_iters, 'feature_init_iters', 0)
+        self.seed = check_int(seed, 'seed', 0)
         C = num_classes
         f64 = dict(dtype=torch.float64, device=device)
         self.input_centroids = torch.zeros(C, input_dim, **f64)
@@ -613,11 +352,11 @@ class IBState(_TensorState):
         must call this). Alternatively pass ``inputs_repr`` to :meth:`update`: the centroids
         are then computed from the same first batches as the feature centroids.
         """
-        _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+        check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
         c = kmeans(inputs_repr.detach(), self.num_classes, iters, self._generator(0))
         self.input_centroids.copy_(c.to(self.input_centroids))
         if broadcast:
-            _broadcast_(self.input_centroids)
+            broadcast_(self.input_centroids)
         self.input_ready.fill_(True)
         return self.input_centroids
 
@@ -627,7 +366,7 @@ class IBState(_TensorState):
         Local (no communication): in DDP call it with the same rows on every rank.
         :meth:`update` calls it by itself on the first ``init_samples`` features of all ranks.
         """
-        _check_matrix(features, 'features', self.feat_dim)
+        check_matrix(features, 'features', self.feat_dim)
         iters = self.feature_init_iters if iters is None else iters
         c = kmeans(features.detach(), self.num_classes, iters, self._generator(1))
         self.km.set_centroids(c)
@@ -640,7 +379,7 @@ class IBState(_TensorState):
     def _init_from_pending(self) -> None:
         local_f = torch.cat([f for f, _, _ in self._pending]) if self._pending else \
             torch.zeros(0, self.feat_dim, dtype=torch.float64, device=self.device)
-        all_f = _all_gather_rows(local_f)
+        all_f = all_gather_rows(local_f)
         if all_f.shape[0] < self.num_classes:
             raise ValueError(
                 f'IBState: the feature centroids need at least num_classes = '
@@ -650,11 +389,11 @@ class IBState(_TensorState):
             # the input centroids too, if every rank gave the input representations
             have = torch.tensor([int(all(x is not None for _, _, x in self._pending))],
                                 dtype=torch.long, device=self.device)
-            _all_reduce_sum_(have)
-            if int(have) == _world_size():
+            all_reduce_sum_(have)
+            if int(have) == world_size():
                 local_x = torch.cat([x for _, _, x in self._pending]) if self._pending else \
                     torch.zeros(0, self.input_dim, dtype=torch.float64, device=self.device)
-                self.init_input_centroids(_all_gather_rows(local_x), broadcast=False)
+                self.init_input_centroids(all_gather_rows(local_x), broadcast=False)
         pending, self._pending = self._pending, []
         for f, y, x in pending:
             self._accumulate(f, y, x)
@@ -689,27 +428,27 @@ class IBState(_TensorState):
         centroids were not set by :meth:`init_input_centroids`, they are initialised with the
         feature centroids, by the same seeded k-means on the same first batches.
         """
-        _check_matrix(features, 'features', self.feat_dim)
-        labels = _check_labels(labels, features.shape[0], self.num_classes, 'labels')
+        check_matrix(features, 'features', self.feat_dim)
+        labels = check_labels(labels, features.shape[0], self.num_classes, 'labels')
         f = features.detach().to(self.device, torch.float64)
         labels = labels.to(self.device)
         if bool(self.feature_ready):
             x = None
             if inputs_repr is not None:
-                _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+                check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
                 x = inputs_repr.detach().to(self.device, torch.float64)
             self._accumulate(f, labels, x)
             return
         x = None
         if inputs_repr is not None:
-            _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+            check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
             if inputs_repr.shape[0] != f.shape[0]:
                 raise ValueError(f'inputs_repr: {inputs_repr.shape[0]} rows for '
                                  f'{f.shape[0]} features')
             x = inputs_repr.detach().to(self.device, torch.float64)
         self._pending.append((f, labels, x))
         count = torch.tensor([self._pending_count()], dtype=torch.long, device=self.device)
-        _all_reduce_sum_(count)
+        all_reduce_sum_(count)
         if int(count) >= self.init_samples:
             self._init_from_pending()
 
@@ -722,11 +461,11 @@ class IBState(_TensorState):
         """
         if not bool(self.feature_ready):
             total = torch.tensor([self._pending_count()], dtype=torch.long, device=self.device)
-            _all_reduce_sum_(total)
+            all_reduce_sum_(total)
             if int(total) == 0:
                 return {'samples': 0.0}
             self._init_from_pending()
-        _all_reduce_sum_(self.q_sums, self.class_counts, self.km.sums, self.km.counts,
+        all_reduce_sum_(self.q_sums, self.class_counts, self.km.sums, self.km.counts,
                          self.ab_sums, self.ab_count)
         report = self._epoch_ib()
         seen = self.class_counts > 0
@@ -759,10 +498,10 @@ class IBState(_TensorState):
         """(φ(X̃, ·), φ(X, ·)) with the current centroids (for :func:`ib_exact` reports)."""
         pf = px = None
         if features is not None:
-            _check_matrix(features, 'features', self.feat_dim)
+            check_matrix(features, 'features', self.feat_dim)
             pf = soft_assign(features.detach().to(torch.float64), self.km.centroids, self.s)
         if inputs_repr is not None:
-            _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+            check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
             px = soft_assign(inputs_repr.detach().to(torch.float64), self.input_centroids,
                              self.s)
         return pf, px
@@ -771,7 +510,7 @@ class IBState(_TensorState):
         """mean_i Σ_b φ(X_i,b) log φ(X_i,b) (no gradient); None without input centroids."""
         if not bool(self.input_ready):
             return None
-        _check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
+        check_matrix(inputs_repr, 'inputs_repr', self.input_dim)
         x = inputs_repr.detach()
         dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
         log_px = log_soft_assign(x.to(dtype), self.input_centroids, self.s)
@@ -786,8 +525,8 @@ class IBState(_TensorState):
         initial uniform Q the variational term is the constant log C). The computation runs
         in float32 at least (float64 if the features are float64).
         """
-        _check_matrix(features, 'features', self.feat_dim)
-        labels = _check_labels(labels, features.shape[0], self.num_classes, 'labels')
+        check_matrix(features, 'features', self.feat_dim)
+        labels = check_labels(labels, features.shape[0], self.num_classes, 'labels')
         dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
             else torch.float32
         constant = self.constant_term(inputs_repr) if inputs_repr is not None else None
@@ -804,3 +543,36 @@ class IBState(_TensorState):
             return IBBOutput(variational, variational, None)
         constant = constant.to(device=features.device, dtype=dtype)
         return IBBOutput(variational + constant, variational, constant)
+
+
+@register
+class IBRegularizer(Regularizer):
+    """The IB term of DCS retraining (method.md §6) behind the :class:`Regularizer` interface.
+
+    ``inputs`` are the image batch (B, ch, H, W); X_i is :func:`input_representation` of it.
+    :meth:`batch_loss` returns ``loss`` = the variational part of IBB_j (it carries the whole
+    gradient), and for the logs ``ibb`` (the whole IBB_j) and ``ibb_const`` (the part that
+    depends on the inputs only). Options go to :class:`IBState`.
+    """
+    name = 'ib'
+    default_eta = 50.0
+
+    def __init__(self, feat_dim: int, num_classes: Optional[int], **options):
+        if num_classes is None:
+            raise ValueError('the IB regularizer needs a head with num_classes')
+        self.state = IBState(num_classes, feat_dim, **options)
+
+    @staticmethod
+    def _repr(inputs: Optional[Tensor]) -> Optional[Tensor]:
+        return None if inputs is None else input_representation(inputs.detach())
+
+    def update(self, features: Tensor, labels: Tensor, inputs: Optional[Tensor] = None) -> None:
+        self.state.update(features.detach(), labels, self._repr(inputs))
+
+    def batch_loss(self, features: Tensor, labels: Tensor,
+                   inputs: Optional[Tensor] = None) -> Dict[str, Tensor]:
+        out = self.state.loss(features, labels, self._repr(inputs))
+        terms = {'loss': out.variational, 'ibb': out.ibb.detach()}
+        if out.constant is not None:
+            terms['ibb_const'] = out.constant.detach()
+        return terms

@@ -13,6 +13,11 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
+from mmdcs.peers.ofb.arch import ArchFileError
+from mmdcs.selection import SubnetError
+from mmdcs.utils import register_all_modules
+from mmdcs.utils.compat import patch_mmdet_ssd_head
+
 #: default_scope -> (python package, pip requirement) of the task
 TASK_PACKAGES = {
     'mmpretrain': ('mmpretrain', 'mmpretrain==1.2.0'),
@@ -61,8 +66,6 @@ def prepare_task(cfg) -> str:
                         f"which is not importable ({e}). Install it with "
                         f"`pip install {requirement}` or run `make setup`.") from e
     module.register_all_modules(init_default_scope=False)
-    from mmdcs.utils import register_all_modules
-    from mmdcs.utils.compat import patch_mmdet_ssd_head
     register_all_modules(init_default_scope=False)
     if scope == 'mmdet':
         patch_mmdet_ssd_head(import_if_needed=True)
@@ -197,8 +200,6 @@ def _registry_hint(message: str) -> str:
 def input_file_errors() -> tuple:
     """The exception types of mmdcs's own input files: a subnet description that cannot be
     read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``)."""
-    from mmdcs.peers.ofb.arch import ArchFileError
-    from mmdcs.selection import SubnetError
     return (SubnetError, ArchFileError)
 
 

@@ -58,13 +58,15 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .ib_bound import (_all_gather_rows, _all_reduce_sum_, _check_int, _check_labels,
-                       _check_matrix, _TensorState)
+from .base import Regularizer, register
+from .checks import check_int, check_labels, check_matrix
+from .distributed import all_gather_rows, all_reduce_sum_
+from .state import TensorState
 
 __all__ = [
     'rank_for', 'tnn_exact', 'tnn_from_eigvals', 'kernel_complexity',
     'kernel_complexity_from_tnn', 'gd_residual', 'gd_residual_from_stats', 'kcr_bounds',
-    'KCRBounds', 'KCRState', 'NystromKCR'
+    'KCRBounds', 'KCRState', 'NystromKCR', 'KCRRegularizer'
 ]
 
 
@@ -80,8 +82,8 @@ def rank_for(gamma: float, n: int, d: int) -> int:
     """r = ⌈γ·min(n, d)⌉ (≥ 1). The product is rounded to 9 decimals first, so that e.g.
     0.1·30 = 3.0000000000000004 gives 3, not 4."""
     gamma = _check_gamma(gamma)
-    n = _check_int(n, 'n', 1)
-    d = _check_int(d, 'd', 1)
+    n = check_int(n, 'n', 1)
+    d = check_int(d, 'd', 1)
     return max(1, math.ceil(round(gamma * min(n, d), 9)))
 
 
@@ -106,7 +108,7 @@ def tnn_exact(features: Tensor, gamma: float) -> Tensor:
     with respect to S is the projector on their eigenvectors). Returned in the features' dtype.
     """
     gamma = _check_gamma(gamma)
-    _check_matrix(features, 'features')
+    check_matrix(features, 'features')
     n, d = features.shape
     if n == 0:
         raise ValueError('features: at least one sample is needed')
@@ -123,7 +125,7 @@ def kernel_complexity_from_tnn(tnn_curve: Tensor, n: int) -> Tuple[Tensor, int]:
     With tnn_curve[h] = Σ_{i>h} λ̂_i this is KC(K); with the approximate TNN of each h it is the
     A-KC of seed 001, Fig. 1. Negative round-off of the curve is clamped to 0.
     """
-    n = _check_int(n, 'n', 1)
+    n = check_int(n, 'n', 1)
     curve = tnn_curve.detach().to(torch.float64).clamp_min(0)
     h = torch.arange(len(curve), dtype=torch.float64, device=curve.device)
     values = h / n + torch.sqrt(curve / n)
@@ -137,9 +139,9 @@ def kernel_complexity(eigvals: Tensor, n: int, r0: Optional[int] = None) -> Tupl
     ``eigvals``: eigenvalues of K_n (or of S = FᵀF/n: the same non-zero ones), any order.
     r0 defaults to min(n, number of eigenvalues), i.e. every possibly non-zero eigenvalue.
     """
-    n = _check_int(n, 'n', 1)
+    n = check_int(n, 'n', 1)
     lam = eigvals.detach().to(torch.float64).clamp_min(0).sort(descending=True).values
-    r0 = min(n, len(lam)) if r0 is None else _check_int(r0, 'r0', 0)
+    r0 = min(n, len(lam)) if r0 is None else check_int(r0, 'r0', 0)
     lam = lam[:r0]
     tails = torch.cat([lam.flip(0).cumsum(0).flip(0), lam.new_zeros(1)])  # tails[h], h=0..r0
     return kernel_complexity_from_tnn(tails, n)
@@ -149,7 +151,7 @@ def _check_gd(lr, steps) -> Tuple[float, int]:
     if isinstance(lr, bool) or not isinstance(lr, Real) or not math.isfinite(lr) or lr <= 0:
         raise ValueError(f'lr (the gradient-descent step η of the theorem) must be > 0, '
                          f'got {lr!r}')
-    return float(lr), _check_int(steps, 'steps', 0)
+    return float(lr), check_int(steps, 'steps', 0)
 
 
 def gd_residual(features: Tensor, targets: Tensor, lr: float, steps: int) -> Tensor:
@@ -159,11 +161,11 @@ def gd_residual(features: Tensor, targets: Tensor, lr: float, steps: int) -> Ten
     the squared residual after t steps of gradient descent from W_1 = 0 on ‖F W_1 − Y‖²/(2n).
     As in the seed it is a sum over the n samples (not a mean).
     """
-    _check_matrix(features, 'features')
+    check_matrix(features, 'features')
     lr, steps = _check_gd(lr, steps)
     f = features.detach().to(torch.float64)
     n = f.shape[0]
-    y = _check_matrix(targets, 'targets').detach().to(f)
+    y = check_matrix(targets, 'targets').detach().to(f)
     if y.shape[0] != n:
         raise ValueError(f'targets: {y.shape[0]} rows for {n} samples')
     step = torch.eye(n, dtype=torch.float64, device=f.device) - lr * (f @ f.t()) / n
@@ -179,7 +181,7 @@ def gd_residual_from_stats(s_matrix: Tensor, fty: Tensor, y_sq: float, n: int, l
     ``fty`` = FᵀY (d, C), ``y_sq`` = ‖Y‖_F² (n for one-hot labels).
     """
     lr, steps = _check_gd(lr, steps)
-    n = _check_int(n, 'n', 1)
+    n = check_int(n, 'n', 1)
     evals, evecs = _eigh_desc(s_matrix)
     fty = fty.detach().to(evecs)
     keep = evals > evals.abs().max().clamp_min(1e-300) * 1e-12
@@ -204,7 +206,7 @@ def kcr_bounds(residual, kc, n: int, x: float = 1.0) -> KCRBounds:
     not certified numbers; note also that the seed compares a sum over n samples (the residual)
     with an expected per-sample loss.
     """
-    n = _check_int(n, 'n', 1)
+    n = check_int(n, 'n', 1)
     if isinstance(x, bool) or not isinstance(x, Real) or not x > 0:
         raise ValueError(f'x (the confidence parameter) must be > 0, got {x!r}')
     residual = torch.as_tensor(residual, dtype=torch.float64)
@@ -212,7 +214,7 @@ def kcr_bounds(residual, kc, n: int, x: float = 1.0) -> KCRBounds:
     return KCRBounds(residual - slack, residual + slack)
 
 
-class KCRState(_TensorState):
+class KCRState(TensorState):
     """The exact streaming KCR term: S = Σ F_iᵀF_i over an epoch → V_r → per-batch TNN term.
 
     Args:
@@ -230,10 +232,10 @@ class KCRState(_TensorState):
 
     def __init__(self, dim: int, gamma: float = 0.1, n_for_rank: Optional[int] = None,
                  num_classes: Optional[int] = None, device='cpu'):
-        self.dim = _check_int(dim, 'dim', 1)
+        self.dim = check_int(dim, 'dim', 1)
         self.gamma = _check_gamma(gamma)
-        self.n_for_rank = None if n_for_rank is None else _check_int(n_for_rank, 'n_for_rank', 1)
-        self.num_classes = None if num_classes is None else _check_int(num_classes,
+        self.n_for_rank = None if n_for_rank is None else check_int(n_for_rank, 'n_for_rank', 1)
+        self.num_classes = None if num_classes is None else check_int(num_classes,
                                                                        'num_classes', 2)
         f64 = dict(dtype=torch.float64, device=device)
         i64 = dict(dtype=torch.long, device=device)
@@ -271,12 +273,12 @@ class KCRState(_TensorState):
     @torch.no_grad()
     def update(self, features: Tensor, labels: Optional[Tensor] = None) -> None:
         """Add a batch: S_sum += FᵀF (float64), n += B (and FᵀY with ``num_classes``)."""
-        _check_matrix(features, 'features', self.dim)
+        check_matrix(features, 'features', self.dim)
         f = features.detach().to(self.s_sum.device, torch.float64)
         self.s_sum += f.t() @ f
         self.count += f.shape[0]
         if self.num_classes is not None and labels is not None:
-            labels = _check_labels(labels, f.shape[0], self.num_classes).to(f.device)
+            labels = check_labels(labels, f.shape[0], self.num_classes).to(f.device)
             self.fty_sum.index_add_(1, labels, f.t())
 
     @torch.no_grad()
@@ -288,7 +290,7 @@ class KCRState(_TensorState):
         to_reduce = [self.s_sum, self.count]
         if self.num_classes is not None:
             to_reduce.append(self.fty_sum)
-        _all_reduce_sum_(*to_reduce)
+        all_reduce_sum_(*to_reduce)
         n = int(self.count)
         if n == 0:
             return {'samples': 0.0}
@@ -329,7 +331,7 @@ class KCRState(_TensorState):
 
     def per_sample(self, features: Tensor) -> Tensor:
         """‖(I − V_r V_rᵀ) F_i‖² (B,), differentiable; zeros before the first refresh."""
-        _check_matrix(features, 'features', self.dim)
+        check_matrix(features, 'features', self.dim)
         dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
             else torch.float32
         f = features.to(dtype)
@@ -348,7 +350,7 @@ class KCRState(_TensorState):
             features.new_zeros(())
 
 
-class NystromKCR(_TensorState):
+class NystromKCR(TensorState):
     """The paper's Nyström route (seed 001, 3.2), with Ũ orthonormalised (see module doc).
 
     Args:
@@ -372,10 +374,10 @@ class NystromKCR(_TensorState):
     def __init__(self, dim: int, gamma: float = 0.1, num_landmarks: int = 100000,
                  seed: int = 0, orthonormalize: bool = True, storage_device='cpu',
                  storage_dtype: torch.dtype = torch.float64, device='cpu'):
-        self.dim = _check_int(dim, 'dim', 1)
+        self.dim = check_int(dim, 'dim', 1)
         self.gamma = _check_gamma(gamma)
-        self.num_landmarks = _check_int(num_landmarks, 'num_landmarks', 1)
-        self.seed = _check_int(seed, 'seed', 0)
+        self.num_landmarks = check_int(num_landmarks, 'num_landmarks', 1)
+        self.seed = check_int(seed, 'seed', 0)
         self.orthonormalize = bool(orthonormalize)
         self.storage_device = torch.device(storage_device)
         self.storage_dtype = storage_dtype
@@ -407,7 +409,7 @@ class NystromKCR(_TensorState):
         ``labels`` is accepted for the common ``update(features, labels)`` call and unused;
         ``indices`` (keyword) are the samples' dataset indices (see the class doc).
         """
-        _check_matrix(features, 'features', self.dim)
+        check_matrix(features, 'features', self.dim)
         if self._feats and (indices is not None) != bool(self._index):
             raise ValueError('indices: give them for every batch of an epoch or for none')
         self._feats.append(features.detach().to(self.storage_device, self.storage_dtype))
@@ -421,9 +423,9 @@ class NystromKCR(_TensorState):
         """Gather the epoch's features, choose the landmarks, build U_r, G and the extension."""
         feats = torch.cat(self._feats) if self._feats else \
             torch.zeros(0, self.dim, dtype=self.storage_dtype, device=self.storage_device)
-        feats = _all_gather_rows(feats).to(torch.float64)
+        feats = all_gather_rows(feats).to(torch.float64)
         if self._index:
-            order = _all_gather_rows(torch.cat(self._index)).argsort(stable=True)
+            order = all_gather_rows(torch.cat(self._index)).argsort(stable=True)
             feats = feats[order]
         self._feats, self._index = [], []
         n = feats.shape[0]
@@ -483,7 +485,7 @@ class NystromKCR(_TensorState):
 
     def per_sample(self, features: Tensor) -> Tensor:
         """t_i = ‖F_i‖² − Σ_s [U_r]_is ⟨F_i, G_s⟩ (B,), with [U_r]_i = F_i.detach() P."""
-        _check_matrix(features, 'features', self.dim)
+        check_matrix(features, 'features', self.dim)
         dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
             else torch.float32
         f = features.to(dtype)
@@ -499,3 +501,33 @@ class NystromKCR(_TensorState):
         """KCR_j = mean_{i∈B} t_i (eq. 4, scale-consistent form); 0 before the first refresh."""
         return self.per_sample(features).mean() if features.shape[0] else \
             features.new_zeros(())
+
+
+#: the two routes of the KCR term: exact (streaming S = FᵀF, the default) and Nyström (paper)
+KCR_ROUTES = ('exact', 'nystrom')
+
+
+@register
+class KCRRegularizer(Regularizer):
+    """The KCR term (method.md §7) behind the :class:`Regularizer` interface.
+
+    ``route='exact'`` (:class:`KCRState`) or ``'nystrom'`` (:class:`NystromKCR`); other options
+    go to that class. Labels and inputs are not used by the term.
+    """
+    name = 'kcr'
+    default_eta = 1.0
+
+    def __init__(self, feat_dim: int, num_classes: Optional[int] = None,
+                 route: str = 'exact', **options):
+        if route not in KCR_ROUTES:
+            raise ValueError(f'regularizer.route must be one of {KCR_ROUTES}, got {route!r}')
+        self.route = route
+        self.state = KCRState(feat_dim, **options) if route == 'exact' else \
+            NystromKCR(feat_dim, **options)
+
+    def update(self, features: Tensor, labels: Tensor, inputs: Optional[Tensor] = None) -> None:
+        self.state.update(features.detach(), labels)
+
+    def batch_loss(self, features: Tensor, labels: Tensor,
+                   inputs: Optional[Tensor] = None) -> Dict[str, Tensor]:
+        return {'loss': self.state.loss(features)}

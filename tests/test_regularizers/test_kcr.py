@@ -4,11 +4,11 @@ import math
 import pytest
 import torch
 
-from mmdcs.models.losses import (KCRState, NystromKCR, gd_residual, gd_residual_from_stats,
+from mmdcs.regularizers import (KCRState, NystromKCR, gd_residual, gd_residual_from_stats,
                                  kcr_bounds, kernel_complexity, kernel_complexity_from_tnn,
                                  rank_for, tnn_exact, tnn_from_eigvals)
 
-from _dist_utils import run_distributed  # noqa: E402 (tests/test_losses is on sys.path)
+from _dist_utils import run_distributed  # noqa: E402 (tests/test_regularizers is on sys.path)
 
 
 def _features(seed, n, d, integer=False, decay=True):

@@ -6,36 +6,20 @@ dicts of them). The process group uses a ``file://`` rendezvous in a temporary d
 port to find or to collide).
 
 Start-up: by default the ranks are forked (:func:`_start_method`) and inherit the imported
-modules. With ``spawn`` a rank imports ``fn``'s module afresh, and ``mmdcs.models/__init__``
-imports every backbone and mmengine (tens of seconds on a busy 2-core machine) while the loss
-modules need none of it; so before importing ``fn``'s module each rank registers
-``mmdcs.models`` as a bare package (its ``__init__`` not run) — in that child process only.
-``mmdcs.models.losses`` is then imported under its real name from the real files.
+modules. With ``spawn`` a rank imports ``fn``'s module afresh; ``mmdcs.regularizers`` is plain
+PyTorch (no mmengine, no backbones), so that stays cheap.
 """
 import importlib
 import os
 import os.path as osp
-import sys
 import tempfile
-import types
 
 import torch
 import torch.multiprocessing as mp
 
 
-def _bare_mmdcs_models():
-    if 'mmdcs.models' in sys.modules:
-        return
-    import mmdcs
-    pkg = types.ModuleType('mmdcs.models')
-    pkg.__path__ = [osp.join(osp.dirname(mmdcs.__file__), 'models')]
-    pkg.__package__ = 'mmdcs.models'
-    sys.modules['mmdcs.models'] = pkg
-
-
 def _entry(rank, world_size, init_file, out_dir, fn_module, fn_name, args):
     torch.set_num_threads(1)
-    _bare_mmdcs_models()
     fn = getattr(importlib.import_module(fn_module), fn_name)
     import torch.distributed as dist
     dist.init_process_group('gloo', init_method=f'file://{init_file}', rank=rank,

@@ -1,0 +1,12 @@
+"""What the tools call: the top layer of mmdcs (it may import every package below it; nothing in
+mmdcs imports it).
+
+* :mod:`.launch` — config loading, the task of a config, pre-flight checks of data paths, CPU
+  DDP set-up, building the runner, and :func:`~.launch.user_errors` (one line and exit 2 for
+  bad input);
+* :mod:`.subnet_io` — building a config's model, finding its mmdcs backbone, input sizes,
+  pruning a whole model's state dict to a subnet, the pruned checkpoint, printed summaries.
+"""
+from .launch import UserError, load_config, prepare_task, user_errors
+
+__all__ = ['UserError', 'load_config', 'prepare_task', 'user_errors']
