@@ -288,7 +288,7 @@ def test_out_indices_feature_maps_at_another_size(pad_small_map):
 
 def test_training_step_reaches_alpha_theta_and_frozen_stages():
     torch.manual_seed(5)
-    m = Swin('swin-t', 'dcs', out_indices=(2, 3), drop_path_rate=0.2, frozen_stages=0).train()
+    m = Swin('swin-t', 'dcs', out_indices=(2, 3), drop_path_rate=0.2, frozen_stages=1).train()
     assert not m.patch_embed.training and not m.layers[0].training and m.layers[1].training
     assert not any(p.requires_grad for p in m.layers[0].parameters())
     out = m(torch.randn(2, 3, 64, 64))

@@ -30,7 +30,8 @@ Outputs (``out_indices``): 0 the stem (stride 2), 1-4 the stages (strides 4, 8, 
 ``features_only`` indices 0-3), 5 the ``head_in_conv`` feature (stride 32, head_widths[0]
 channels; built only when asked for). The default ``(5, )`` is the classification setting: with
 mmpretrain's ``GlobalAveragePooling`` and :class:`EfficientViTClsHead` (timm's ``head.classifier``:
-Linear, LayerNorm, Hardswish, Dropout, Linear) it is timm's model exactly.
+Linear, LayerNorm, Hardswish, Dropout, Linear; :mod:`mmdcs.models.heads.efficientvit_head`) it is
+timm's model exactly.
 """
 import re
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
@@ -44,14 +45,10 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
 from mmdcs.selection.mlp import zero_positions
-from mmdcs.utils.scope import build_model_part
+from ..heads.efficientvit_head import EfficientViTClsHead  # noqa: F401  (importable here too)
 from .base import SelectableBackbone, normalize_out_indices
 
 __all__ = ['EfficientViT', 'LiteMLA', 'TIMM_MODELS', 'convert_timm']
-
-#: nominal (training) input size: the cost model counts at this resolution
-NOMINAL_SIZE = 224
-
 
 # ----------------------------------------------------------------------------- layers
 class ConvNormAct(nn.Module):
@@ -309,8 +306,8 @@ class EfficientViT(SelectableBackbone):
         out_indices: outputs to return: 0 stem (stride 2), 1-4 stages (strides 4-32), 5 the
             classification feature ``head_in_conv`` (stride 32, head_widths[0] channels; only
             built when 5 is asked for). Default ``(5, )``: the classification setting.
-        frozen_stages: freeze the stem (0) and stages 1..frozen_stages (numbered as the
-            outputs); -1 freezes nothing.
+        frozen_stages: -1 nothing; 0 the stem; k >= 1 also the first k stages (outputs 1..k;
+            ``head_in_conv`` is not a stage). See :class:`SelectableBackbone`.
         norm_eval: keep the BatchNorm layers in eval mode during training (detection).
     """
     family = 'efficientvit'
@@ -327,6 +324,9 @@ class EfficientViT(SelectableBackbone):
     #: first stage index (in ``stages``) made of EfficientVitBlocks
     vit_from = 2
     num_outputs = 6
+    num_stages = 4
+    #: LiteMLA is ReLU linear attention, ReLU(Q)(ReLU(K)ᵀV): no softmax attention matrix
+    softmax_attention = False
 
     def __init__(self, arch: str = 'efficientvit-b1', variant: Optional[str] = None,
                  subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
@@ -339,10 +339,7 @@ class EfficientViT(SelectableBackbone):
         norm_layer, act_layer = nn.BatchNorm2d, nn.Hardswish
         self.out_indices = normalize_out_indices(out_indices, self.num_outputs,
                                                  type(self).__name__)
-        if not -1 <= frozen_stages < self.num_outputs - 1:
-            raise ValueError(f'{type(self).__name__}: frozen_stages must be in [-1, '
-                             f'{self.num_outputs - 2}], got {frozen_stages}')
-        self.frozen_stages = frozen_stages
+        self._set_frozen_stages(frozen_stages)
         self.norm_eval = norm_eval
         self.head_dim = s['head_dim']
         self.expand_ratio = expand_ratio
@@ -380,16 +377,14 @@ class EfficientViT(SelectableBackbone):
             outs.append(self.head_in_conv(x))
         return tuple(outs)
 
-    def _freeze_stages(self) -> None:
-        modules = [self.stem] + list(self.stages)
-        for m in modules[:self.frozen_stages + 1]:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
+    def stem_parts(self) -> list:
+        return [self.stem]
+
+    def stage_parts(self, i: int) -> list:
+        return [self.stages[i]]
 
     def train(self, mode: bool = True):
         super().train(mode)
-        self._freeze_stages()
         if mode and self.norm_eval:
             for m in self.modules():
                 if isinstance(m, _BatchNorm):
@@ -411,7 +406,7 @@ class EfficientViT(SelectableBackbone):
         """
         terms = []
         for i, stage in enumerate(self.stages):
-            hw = (NOMINAL_SIZE // self.strides[i + 1])**2
+            hw = (self.nominal_size // self.strides[i + 1])**2
             for block in stage.blocks:
                 if not isinstance(block, EfficientVitBlock):
                     continue
@@ -432,57 +427,6 @@ class EfficientViT(SelectableBackbone):
             state_dict = {k: v for k, v in state_dict.items()
                           if not k.startswith('head_in_conv.')}
         return super().load_converted(state_dict, strict)
-
-
-# ----------------------------------------------------------------------------- classifier head
-try:
-    from mmpretrain.models.heads import ClsHead as _ClsHead
-except ImportError:  # pragma: no cover - the backbone works without mmpretrain
-    _ClsHead = None
-
-if _ClsHead is not None:
-
-    @MODELS.register_module()
-    class EfficientViTClsHead(_ClsHead):
-        """timm's EfficientViT classifier MLP on the pooled ``head_in_conv`` feature:
-        Linear(in, mid, no bias), LayerNorm, Hardswish, Dropout, Linear(mid, classes).
-
-        Parameter names are timm's (``classifier.0`` … ``classifier.4``). ``pre_logits`` is the
-        ``mid_channels`` vector after the activation.
-        """
-
-        def __init__(self, num_classes: int, in_channels: int, mid_channels: int,
-                     dropout_rate: float = 0., norm_eps: float = 1e-5, **kwargs):
-            loss = kwargs.pop('loss', dict(type='CrossEntropyLoss', loss_weight=1.0))
-            super().__init__(loss=build_model_part(loss), **kwargs)
-            if num_classes <= 0:
-                raise ValueError(f'num_classes={num_classes} must be a positive integer')
-            self.num_classes = num_classes
-            self.in_channels = in_channels
-            self.mid_channels = mid_channels
-            self.classifier = nn.Sequential(
-                nn.Linear(in_channels, mid_channels, bias=False),
-                nn.LayerNorm(mid_channels, eps=norm_eps),
-                nn.Hardswish(),
-                nn.Dropout(dropout_rate),
-                nn.Linear(mid_channels, num_classes),
-            )
-
-        @property
-        def fc(self) -> nn.Linear:
-            """The last (class) layer."""
-            return self.classifier[4]
-
-        def pre_logits(self, feats: Tuple[Tensor]) -> Tensor:
-            x = feats[-1]
-            for layer in self.classifier[:4]:
-                x = layer(x)
-            return x
-
-        def forward(self, feats: Tuple[Tensor]) -> Tensor:
-            return self.fc(self.pre_logits(feats))
-
-    __all__.append('EfficientViTClsHead')
 
 
 # ----------------------------------------------------------------------------- timm conversion
