@@ -1,6 +1,8 @@
 """Reports on mmdcs models: parameters and FLOPs (:mod:`.complexity`), latency of pruned vs
 baseline (:mod:`.latency`), attention entropy/rank and Grad-CAM (:mod:`.attention`), IB and
-kernel-complexity reports (:mod:`.reports`), log plots (:mod:`.plots`)."""
+kernel-complexity reports (:mod:`.reports`), log plots (:mod:`.plots`).
+Loading a config's classifier, images and dataset batches for them is the tools' layer
+(:mod:`mmdcs.apis.loading`)."""
 from .attention import (DEFAULT_CAM_LAYERS, AttentionNotSupported, AttentionStats,
                         attention_modules, collect_attention, entropy_table, grad_cam,
                         masked_rank_bound, plot_attention_maps, plot_cams,
@@ -13,8 +15,8 @@ from .latency import (LATENCY_MODELS, build_pair, format_latency_table, format_o
                       format_profile, latency_pair, latency_table, op_groups, profile_ops,
                       time_models)
 from .plots import epoch_series, load_records, plot_logs, plot_panels, summary_table
-from .reports import (classifier_report, dataset_batches, extract_features, format_report,
-                      ib_report, kc_report, load_classifier, load_images)
+from .reports import (classifier_report, extract_features, format_report, ib_report,
+                      kc_report)
 
 __all__ = [
     'PAPER_NUMBERS', 'PAPER_VARIANT', 'TABLE_MODELS', 'backbone_class', 'build_classifier',
@@ -25,7 +27,7 @@ __all__ = [
     'DEFAULT_CAM_LAYERS', 'AttentionNotSupported', 'AttentionStats', 'attention_modules',
     'collect_attention', 'entropy_table', 'grad_cam', 'masked_rank_bound', 'plot_attention_maps',
     'plot_cams', 'plot_entropy_histograms', 'qk_ranks', 'rank_table', 'row_entropy',
-    'classifier_report', 'dataset_batches', 'extract_features', 'format_report', 'ib_report',
-    'kc_report', 'load_classifier', 'load_images', 'epoch_series', 'load_records', 'plot_logs',
+    'classifier_report', 'extract_features', 'format_report', 'ib_report', 'kc_report',
+    'epoch_series', 'load_records', 'plot_logs',
     'plot_panels', 'summary_table'
 ]

@@ -44,6 +44,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmdcs.models.backbones import SelectableBackbone
+from mmdcs.models.backbones.base import AttentionLayout
 from mmdcs.selection import DCSAttention
 
 
@@ -72,13 +74,12 @@ def attention_modules(model: nn.Module) -> 'OrderedDict[str, DCSAttention]':
     mods = OrderedDict((n, m) for n, m in backbone.named_modules()
                        if isinstance(m, DCSAttention))
     if not mods:
-        family = getattr(backbone, 'family', type(backbone).__name__)
-        if family == 'efficientvit' or any(type(m).__name__ == 'LiteMLA'
-                                           for m in backbone.modules()):
+        if not getattr(backbone, 'softmax_attention', True):
             raise AttentionNotSupported(
-                'EfficientViT is not supported: its attention (LiteMLA) is ReLU linear '
-                'attention, ReLU(Q)(ReLU(K)ᵀV), with no softmax attention matrix, so row '
-                'entropies, attention maps and the rank of the affinity are not defined')
+                f'{type(backbone).__name__} is not supported: its attention is linear '
+                'attention (EfficientViT\'s LiteMLA: ReLU(Q)(ReLU(K)ᵀV)), with no softmax '
+                'attention matrix, so row entropies, attention maps and the rank of the '
+                'affinity are not defined')
         raise AttentionNotSupported(f'{type(backbone).__name__} has no DCSAttention module '
                                     '(mmdcs ViT, Swin and MobileViT backbones have them)')
     return mods
@@ -111,87 +112,22 @@ def qk_ranks(q: Tensor, k: Tensor, rtol: float = 1e-7) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- layouts
-class _Layout:
-    """Maps a query position to rows of a module's (B', heads, N, N) attention and a row back
-    to the token grid of one image (family specific)."""
+class _NoLayout(AttentionLayout):
+    """A backbone without an attention layout (not an mmdcs family): no query maps."""
 
-    def __init__(self, backbone: nn.Module, name: str, module: DCSAttention):
-        self.family = getattr(backbone, 'family', '')
-        self.backbone = backbone
-        self.name = name
-        self.module = module
-        self.block = None
-        self.block_hw: Optional[Tuple[int, int]] = None
-        if self.family in ('swin', 'mobilevit'):
-            # the parent block whose input size we need
-            parts = name.split('.')
-            for cut in range(len(parts) - 1, 0, -1):
-                parent = backbone.get_submodule('.'.join(parts[:cut]))
-                kind = type(parent).__name__
-                if (self.family == 'swin' and kind == 'SwinBlock') or (
-                        self.family == 'mobilevit' and kind == 'MobileViTBlock'):
-                    self.block = parent
-                    break
+    def __init__(self, backbone: nn.Module):
+        self.name = type(backbone).__name__
 
-    def pre_hook(self, module, args):
-        x = args[0]
-        if self.family == 'swin':
-            self.block_hw = (x.shape[1], x.shape[2])  # (B, H, W, C)
-        else:
-            self.block_hw = (x.shape[2], x.shape[3])  # (B, C, H, W)
-
-    def sequences_per_image(self, attn: Tensor, batch: int) -> int:
-        return attn.shape[0] // batch
-
-    def query_map(self, attn: Tensor, batch: int, image: int, query: Union[str, Tuple],
-                  image_hw: Tuple[int, int]) -> Tuple[Tensor, Tuple[int, int], Tuple[int, int]]:
-        """(heads, gh, gw) attention weights of the query over the token grid of ``image``,
-        the grid size and the query's grid cell."""
-        heads = attn.shape[1]
-        if self.family == 'vit':
-            p = self.backbone.patch_size
-            gh, gw = image_hw[0] // p, image_hw[1] // p
-            prefix = getattr(self.backbone, 'num_prefix_tokens', 1)
-            if query == 'cls':
-                row, cell = 0, (-1, -1)
-            else:
-                r, c = _query_cell(query, gh, gw)
-                row, cell = prefix + r * gw + c, (r, c)
-            w = attn[image, :, row, prefix:]
-            return w.reshape(heads, gh, gw), (gh, gw), cell
-        if self.family == 'mobilevit':
-            H, W = self.block_hw
-            ph, pw = self.block.patch_size
-            nh, nw = math.ceil(H / ph), math.ceil(W / pw)
-            P = self.block.patch_area
-            r, c = _query_cell(query, nh, nw)
-            rows = attn[image * P:(image + 1) * P, :, r * nw + c, :]  # (P, heads, N)
-            return rows.mean(0).reshape(heads, nh, nw), (nh, nw), (r, c)
-        if self.family == 'swin':
-            H, W = self.block_hw
-            (wh, ww), (sh, sw) = self.block.window_and_shift(H, W)
-            Hp, Wp = H + (-H) % wh, W + (-W) % ww
-            nW = (Hp // wh) * (Wp // ww)
-            r, c = _query_cell(query, H, W)
-            # position in the cyclically shifted (padded) map, its window, its index there
-            rr, cc = (r - sh) % Hp, (c - sw) % Wp
-            win = (rr // wh) * (Wp // ww) + cc // ww
-            idx = (rr % wh) * ww + cc % ww
-            row = attn[image * nW + win, :, idx, :]  # (heads, wh·ww)
-            full = attn.new_zeros(heads, Hp, Wp)
-            r0, c0 = (rr // wh) * wh, (cc // ww) * ww
-            full[:, r0:r0 + wh, c0:c0 + ww] = row.reshape(heads, wh, ww)
-            full = torch.roll(full, shifts=(sh, sw), dims=(1, 2))[:, :H, :W]
-            return full, (H, W), (r, c)
-        raise AttentionNotSupported(f'no attention layout for family {self.family!r}')
+    def query_map(self, attn, image, query, image_hw):
+        raise AttentionNotSupported(f'no attention layout for {self.name}')
 
 
-def _query_cell(query, gh: int, gw: int) -> Tuple[int, int]:
-    """Grid cell of a query: 'centre' or (y, x) as fractions of the image (0..1)."""
-    if query in ('centre', 'center', 'cls'):
-        return gh // 2, gw // 2
-    y, x = query
-    return min(gh - 1, max(0, int(float(y) * gh))), min(gw - 1, max(0, int(float(x) * gw)))
+def attention_layout(backbone: nn.Module, name: str) -> AttentionLayout:
+    """The backbone's layout of its attention module ``name`` (the backbone contract,
+    :meth:`~mmdcs.models.backbones.SelectableBackbone.attention_layout`)."""
+    if not isinstance(backbone, SelectableBackbone):
+        return _NoLayout(backbone)
+    return backbone.attention_layout(name)
 
 
 # ----------------------------------------------------------------------------- collection
@@ -271,9 +207,11 @@ def collect_attention(model: nn.Module, batches: Union[Tensor, Sequence[Tensor]]
     backbone = backbone_of(model)
     mods = attention_modules(model)
     family = getattr(backbone, 'family', '')
+    layouts = {n: attention_layout(backbone, n) for n in mods}
+    class_token = all(lay.class_token for lay in layouts.values())
     if query == 'auto':
-        query = 'cls' if family == 'vit' else 'centre'
-    if query == 'cls' and family != 'vit':
+        query = 'cls' if class_token else 'centre'
+    if query == 'cls' and not class_token:
         raise ValueError(f'query "cls": {family or type(backbone).__name__} has no class token '
                          '(use "centre" or y,x fractions)')
     stats = AttentionStats(family=family,
@@ -282,7 +220,6 @@ def collect_attention(model: nn.Module, batches: Union[Tensor, Sequence[Tensor]]
     rank_sum: Dict[str, Tensor] = {}
     rank_sum_u: Dict[str, Tensor] = {}
     bound_sum: Dict[str, Tensor] = {}
-    layouts = {n: _Layout(backbone, n, m) for n, m in mods.items()}
     state = dict(offset=0, batch=0, hw=(0, 0))
     handles = []
     was_training = backbone.training
@@ -301,7 +238,7 @@ def collect_attention(model: nn.Module, batches: Union[Tensor, Sequence[Tensor]]
             stats.head_dim[name] = mod.head_dim
             local = map_image - state['offset']
             if 0 <= local < B and name not in stats.maps:
-                m, _, cell = layout.query_map(attn, B, local, query, state['hw'])
+                m, _, cell = layout.query_map(attn, local, query, state['hw'])
                 stats.maps[name] = m.float().cpu()
                 stats.query_cell[name] = cell
             n_rank = min(B, rank_images - state['offset'])
@@ -322,8 +259,8 @@ def collect_attention(model: nn.Module, batches: Union[Tensor, Sequence[Tensor]]
             m.record_attn = True
             lay = layouts[name]
             handles.append(m.register_forward_hook(make_hooks(name, m, lay)))
-            if lay.block is not None:
-                handles.append(lay.block.register_forward_pre_hook(lay.pre_hook))
+            if lay.watch is not None:
+                handles.append(lay.watch.register_forward_pre_hook(lay.observe))
         if isinstance(batches, Tensor):
             batches = [batches]
         run = forward or backbone

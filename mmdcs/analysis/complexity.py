@@ -19,7 +19,6 @@ explicit-matmul form and the fused form count the same.
 import inspect
 import math
 import os.path as osp
-import sys
 import time
 import warnings
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
@@ -27,6 +26,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
 import torch
 import torch.nn as nn
 
+from mmdcs.models.backbones import SelectableBackbone
 from mmdcs.selection import SubnetSpec, prunable_modules
 
 Size = Tuple[int, int]
@@ -159,10 +159,8 @@ def count_flops(model: nn.Module, input_shape: Union[None, int, Sequence[int]] =
 
 
 # ----------------------------------------------------------------------------- backbones
-def backbone_classes() -> Dict[str, Type[nn.Module]]:
+def backbone_classes() -> Dict[str, Type[SelectableBackbone]]:
     """Family name → mmdcs backbone class (every registered :class:`SelectableBackbone`)."""
-    import mmdcs.models.backbones  # noqa: F401  (registers the families)
-    from mmdcs.models.backbones import SelectableBackbone
     out, stack = {}, list(SelectableBackbone.__subclasses__())
     while stack:
         cls = stack.pop()
@@ -172,7 +170,7 @@ def backbone_classes() -> Dict[str, Type[nn.Module]]:
     return out
 
 
-def backbone_class(arch_or_family: str) -> Type[nn.Module]:
+def backbone_class(arch_or_family: str) -> Type[SelectableBackbone]:
     """The backbone class of an arch (``'vit-s16'``) or a family (``'vit'``)."""
     classes = backbone_classes()
     if arch_or_family in classes:
@@ -184,7 +182,7 @@ def backbone_class(arch_or_family: str) -> Type[nn.Module]:
     raise ValueError(f'unknown arch {arch_or_family!r}; valid: {", ".join(archs)}')
 
 
-def _resolve_class(backbone_cls) -> Type[nn.Module]:
+def _resolve_class(backbone_cls) -> Type[SelectableBackbone]:
     if isinstance(backbone_cls, str):
         name = backbone_cls.split('.')[-1]
         for cls in backbone_classes().values():
@@ -195,36 +193,18 @@ def _resolve_class(backbone_cls) -> Type[nn.Module]:
 
 
 def nominal_input_size(backbone: nn.Module) -> Size:
-    """The input size a backbone's FLOPs are quoted at: its ``img_size`` (ViT, Swin),
-    ``nominal_size`` (MobileViT: 256) or its module's ``NOMINAL_SIZE`` (EfficientViT: 224);
-    224 otherwise."""
-    size = getattr(backbone, 'img_size', None) or getattr(backbone, 'nominal_size', None)
-    if size is None:
-        size = getattr(sys.modules.get(type(backbone).__module__), 'NOMINAL_SIZE', 224)
-    if isinstance(size, int):
-        return (size, size)
-    return (int(size[0]), int(size[1]))
+    """The input size a backbone's FLOPs are quoted at: its ``input_size`` (the backbone
+    contract: ``img_size`` for ViT and Swin, ``nominal_size`` otherwise, 256 for MobileViT);
+    the ``img_size`` of a peer backbone; 224 otherwise."""
+    size = getattr(backbone, 'input_size', None) or getattr(backbone, 'img_size', None) or 224
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
 def default_input_size(backbone_cls) -> Size:
-    """:func:`nominal_input_size` of a backbone class, without building it."""
-    cls = _resolve_class(backbone_cls)
-    size = getattr(cls, 'nominal_size', None)
-    if size is None:
-        default = inspect.signature(cls.__init__).parameters.get('img_size')
-        size = default.default if default is not None else None
-    if size is None:
-        size = getattr(sys.modules.get(cls.__module__), 'NOMINAL_SIZE', 224)
-    return (size, size) if isinstance(size, int) else tuple(size)
-
-
-def _size_kwargs(cls, size: Optional[Size]) -> dict:
-    """``img_size`` for the backbones that take it (ViT: position-embedding grid; Swin: cost)."""
-    if size is None or 'img_size' not in inspect.signature(cls.__init__).parameters:
-        return {}
-    if size[0] == size[1]:
-        return dict(img_size=size[0])
-    return dict(img_size=tuple(size))
+    """The ``nominal_size`` of a backbone class (its :func:`nominal_input_size` when built
+    with default arguments)."""
+    size = _resolve_class(backbone_cls).nominal_size
+    return (size, size)
 
 
 @torch.no_grad()
@@ -307,7 +287,7 @@ def build_classifier(arch: str, variant: str = 'baseline', subnet=None,
         spec = SubnetSpec.coerce(subnet)
         backbone.subnet = subnet if isinstance(subnet, str) else spec.to_dict()
         backbone.variant = spec.variant
-    backbone.update(_size_kwargs(_resolve_class(backbone.type), img_size))
+    backbone.update(_resolve_class(backbone.type).size_kwargs(img_size))
     from mmpretrain.registry import MODELS
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         model = MODELS.build(model_cfg)
@@ -317,7 +297,7 @@ def build_classifier(arch: str, variant: str = 'baseline', subnet=None,
 def build_backbone(arch: str, variant: str = 'baseline', subnet=None,
                    img_size: Optional[Size] = None) -> nn.Module:
     cls = backbone_class(arch)
-    kwargs = _size_kwargs(cls, img_size)
+    kwargs = cls.size_kwargs(img_size)
     if subnet is not None:
         return cls(arch=arch, subnet=subnet, **kwargs).eval()
     return cls(arch=arch, variant=variant, **kwargs).eval()

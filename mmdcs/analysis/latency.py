@@ -31,9 +31,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 import torch
 import torch.nn as nn
 
-from .complexity import (PAPER_VARIANT, TABLE_MODELS, backbone_class, build_backbone,
-                         count_flops, default_input_size, random_subnet)
 from mmdcs.selection import SubnetSpec
+from .complexity import (PAPER_VARIANT, TABLE_MODELS, _takes_mode, backbone_class,
+                         build_backbone, count_flops, default_input_size, random_subnet)
 
 Size = Tuple[int, int]
 
@@ -65,13 +65,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _forward_fn(model: nn.Module) -> Callable:
-    takes_mode = False
-    try:
-        import inspect
-        takes_mode = 'mode' in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        pass
-    if takes_mode:  # an mmengine model: 'tensor' mode (no data samples, no post-processing)
+    if _takes_mode(model):  # an mmengine model: 'tensor' mode (no data samples, no post-processing)
         return lambda x: model(x, mode='tensor')
     return model
 
@@ -257,12 +251,8 @@ PEER_ARCH_ALIASES = {'deit-s': 'vit-s16', 'deit-b': 'vit-b16'}
 
 def is_peer_backbone(backbone: Union[nn.Module, type]) -> bool:
     """Whether ``backbone`` (a module or a class) is one of the peer methods' (OFB or
-    DynamicViT / DynamicSwin)."""
-    from mmdcs.models.backbones.dynamic_swin import DynamicSwin
-    from mmdcs.models.backbones.dynamic_vit import DynamicViT
-    from mmdcs.peers.ofb.supernet import OFBSupernetMixin
-    cls = backbone if isinstance(backbone, type) else type(backbone)
-    return issubclass(cls, (DynamicViT, DynamicSwin, OFBSupernetMixin))
+    DynamicViT / DynamicSwin): its ``is_peer`` marker (the backbone contract)."""
+    return bool(getattr(backbone, 'is_peer', False))
 
 
 def plain_baseline(backbone: nn.Module, input_size: Size, seed: int = 0) -> nn.Module:
@@ -297,11 +287,8 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         if not 0 < ratio <= 1:
             raise ValueError(f'ratio must be in (0, 1], got {ratio}')
         variant = variant or PAPER_VARIANT[cls.family]
-        kwargs = {}
-        import inspect
-        if 'img_size' in inspect.signature(cls.__init__).parameters:
-            kwargs['img_size'] = size[0] if size[0] == size[1] else size
-        spec = random_subnet(cls, arch, variant, ratio, seed, multiple_of, **kwargs)
+        spec = random_subnet(cls, arch, variant, ratio, seed, multiple_of,
+                             **cls.size_kwargs(size))
     torch.manual_seed(seed)
     base = build_backbone(arch, 'baseline', None, size)
     sub = build_backbone(arch, spec.variant, spec, size)

@@ -14,6 +14,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from mmdcs.analysis.complexity import nominal_input_size
+from mmdcs.models.backbones import SelectableBackbone
 from mmdcs.selection import SubnetSpec, prune_state_dict
 from .launch import UserError, load_config, prepare_task
 
@@ -44,7 +46,6 @@ def build_model(model_cfg, scope: str) -> nn.Module:
 
 def mmdcs_backbone(model: nn.Module):
     """The mmdcs backbone of a model (``model.backbone``, or the model itself), or None."""
-    from mmdcs.models.backbones import SelectableBackbone
     if isinstance(model, SelectableBackbone):
         return model
     backbone = getattr(model, 'backbone', None)
@@ -172,7 +173,6 @@ def config_input_size(cfg, backbone: Optional[nn.Module] = None) -> Tuple[Size, 
         if found:
             return found[0], f'{name} ({found[1]})'
     if backbone is not None:
-        from mmdcs.analysis.complexity import nominal_input_size
         return nominal_input_size(backbone), f'nominal size of {type(backbone).__name__}'
     return (224, 224), 'default'
 

@@ -10,7 +10,10 @@ mmdcs first and then in the task package, so both scopes build the same model.
 from typing import Optional, Union
 
 import torch.nn as nn
+from mmengine.registry import MODELS as ROOT_MODELS
 from mmengine.registry import DefaultScope
+
+from mmdcs.registry import MODELS
 
 
 def _under_mmdcs_scope() -> bool:
@@ -27,7 +30,6 @@ def build_model_part(cfg: Optional[Union[dict, nn.Module]], task_scope: str = 'm
     """
     if cfg is None or isinstance(cfg, nn.Module):
         return cfg
-    from mmdcs.registry import MODELS
     if not _under_mmdcs_scope():
         return MODELS.build(cfg)
     obj_type = cfg.get('type')
@@ -35,8 +37,7 @@ def build_model_part(cfg: Optional[Union[dict, nn.Module]], task_scope: str = 'm
         MODELS.import_from_location()
         if obj_type not in MODELS.module_dict:
             with DefaultScope.overwrite_default_scope(task_scope):
-                from mmengine.registry import MODELS as ROOT
-                return ROOT.build(cfg)
+                return ROOT_MODELS.build(cfg)
     return MODELS.build(cfg)
 
 

@@ -5,6 +5,8 @@ import warnings
 
 from mmengine import DefaultScope
 
+import mmdcs.registry  # noqa: F401  (the registries, and the compatibility patches they apply)
+
 #: the sub-packages whose modules register themselves into :mod:`mmdcs.registry`
 MMDCS_MODULES = ('mmdcs.models', 'mmdcs.engine', 'mmdcs.datasets')
 
@@ -19,7 +21,6 @@ def register_all_modules(init_default_scope: bool = True) -> None:
         init_default_scope: make ``mmdcs`` the current default scope if none is set (the
             behaviour of mmdet's and mmpretrain's functions of the same name).
     """
-    import mmdcs.registry  # noqa: F401  (applies the checkpoint-loading patch)
     for name in MMDCS_MODULES:
         importlib.import_module(name)
     if init_default_scope:

@@ -137,8 +137,7 @@ def main(argv=None):
                                               entropy_table, plot_attention_maps,
                                               plot_entropy_histograms, rank_table,
                                               resolve_block)
-        from mmdcs.analysis.reports import (list_images, load_classifier, load_images,
-                                            random_images)
+        from mmdcs.apis.loading import list_images, load_classifier, load_images, random_images
         t0 = time.perf_counter()
         os.makedirs(args.out_dir, exist_ok=True)
         if args.model:

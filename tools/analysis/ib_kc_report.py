@@ -76,8 +76,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
-        from mmdcs.analysis.reports import (classifier_report, dataset_batches, format_report,
-                                            load_classifier)
+        from mmdcs.analysis.reports import classifier_report, format_report
+        from mmdcs.apis.loading import dataset_batches, load_classifier
         pairs = [(args.models[i], args.models[i + 1]) for i in range(0, len(args.models), 2)]
         names = args.names or [osp.splitext(osp.basename(c))[0] for c, _ in pairs]
         if len(set(names)) != len(names):

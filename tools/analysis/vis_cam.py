@@ -55,7 +55,7 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         from mmdcs.analysis.attention import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
-        from mmdcs.analysis.reports import list_images, load_classifier, load_images
+        from mmdcs.apis.loading import list_images, load_classifier, load_images
         paths = []
         try:
             for item in args.images:

@@ -1,16 +1,42 @@
 """What every mmdcs backbone family shares: the variants, supernet/subnet modes, subnet export,
-cost model, and loading of converted (timm) checkpoints.
+cost model, loading of converted (timm) checkpoints, and the contract the rest of mmdcs (the
+analysis, the tools) asks a backbone through instead of looking at its class.
 
 A family (one file: ``vit.py``, ``swin.py``, ``mobilevit.py``, ``efficientvit.py``) subclasses
 :class:`SelectableBackbone`, sets ``family`` and ``arch_zoo``, builds its layers with the
 selection modules of :mod:`mmdcs.selection` according to ``self.qk_select`` and
 ``self.mlp_select``, calls :meth:`_apply_subnet` at the end of ``__init__``, and implements
 :meth:`cost_terms`.
+
+The contract (what a new family sets or implements besides the above):
+
+* ``nominal_size`` (class attribute): the side of the square input the family's FLOPs and cost
+  terms are quoted at (224; MobileViT 256). A family whose size is an argument (ViT, Swin:
+  ``img_size``) reports the built size through :attr:`~SelectableBackbone.input_size` and
+  returns that argument from :meth:`~SelectableBackbone.size_kwargs`.
+* ``is_peer`` (class attribute): ``True`` on the backbones of the peer methods (DynamicViT,
+  DynamicSwin; the OFB backbones set it too), which are timed against a plain backbone.
+* :meth:`~SelectableBackbone.attention_layout`: for each softmax attention module, how its rows
+  map onto the image's token grid (:class:`AttentionLayout`); ``softmax_attention = False`` on a
+  family without a softmax attention matrix (EfficientViT's ReLU linear attention).
+* ``frozen_stages``, one meaning in every family (the mmpretrain / mmdet convention):
+  ``-1`` freezes nothing; ``0`` freezes the stem (the patch / convolutional embedding, and the
+  position embedding and class token where there are some); ``k >= 1`` freezes the stem and the
+  first ``k`` stages. A *stage* is what :meth:`~SelectableBackbone.stage_parts` returns: a
+  transformer block for ViT (as mmpretrain's VisionTransformer), a Swin stage's blocks and the
+  patch merging that follows them (mmdet's SwinTransformer), the stages after the stem for
+  MobileViT and EfficientViT. The norms (or MobileViT's ``final_conv``) applied to a frozen
+  stage's output are frozen with it. Frozen parameters get ``requires_grad=False`` and frozen
+  modules stay in eval mode (BatchNorm statistics, dropout) whenever :meth:`train` is called.
+  A family implements :meth:`~SelectableBackbone.stem_parts`,
+  :meth:`~SelectableBackbone.stage_parts` and ``num_stages``, and passes ``frozen_stages`` to
+  :meth:`~SelectableBackbone._set_frozen_stages`.
 """
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 from mmengine.model import BaseModule
+from torch import Tensor
 
 from mmdcs.utils.compat import patch_mmdet_ssd_head
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, SubnetError, SubnetSpec,
@@ -27,6 +53,9 @@ VARIANTS: Dict[str, Tuple[bool, bool]] = {
     'dcs-arch2': (False, True),
 }
 QK_MASKS = ('shared', 'separate')
+
+#: a part that ``frozen_stages`` freezes: a module (eval mode, no gradients) or a parameter
+FrozenPart = Union[nn.Module, nn.Parameter]
 
 
 def check_choice(kind: str, value, choices: Sequence, owner: str) -> None:
@@ -51,6 +80,16 @@ class SelectableBackbone(BaseModule):
     """
     family: str = ''
     arch_zoo: Dict[str, dict] = {}
+    #: side of the square input the family's FLOPs and cost terms are quoted at
+    nominal_size: int = 224
+    #: whether this is a peer method's backbone (DynamicViT, DynamicSwin)
+    is_peer: bool = False
+    #: whether the family's attention has a softmax attention matrix (for the attention
+    #: analysis; EfficientViT's LiteMLA is ReLU linear attention, so it has none)
+    softmax_attention: bool = True
+    #: stages of the family (what ``frozen_stages`` counts)
+    num_stages: int = 0
+    frozen_stages: int = -1
 
     def __init__(self, arch: str, variant: Optional[str] = None,
                  subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
@@ -115,6 +154,65 @@ class SelectableBackbone(BaseModule):
     def cost_model(self, mode: str = 'paper', const_flops: float = 0.) -> CostModel:
         return CostModel(self.cost_terms(), mode, const_flops)
 
+    # ----------------------------------------------------------------- input size
+    @property
+    def input_size(self) -> Tuple[int, int]:
+        """(H, W) this backbone's FLOPs are quoted at: ``img_size`` for the families built for
+        one (ViT, Swin), ``nominal_size`` otherwise."""
+        size = getattr(self, 'img_size', None) or self.nominal_size
+        return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+    @classmethod
+    def size_kwargs(cls, size: Optional[Tuple[int, int]]) -> dict:
+        """Constructor arguments that build this family for inputs of ``size`` (H, W): none
+        for a family whose layers do not depend on the input size (MobileViT, EfficientViT)."""
+        return {}
+
+    # ----------------------------------------------------------------- attention
+    def attention_layout(self, name: str) -> 'AttentionLayout':
+        """How the attention weights of the softmax attention module ``name`` (a
+        :class:`~mmdcs.selection.DCSAttention`) map onto the image (family specific)."""
+        raise NotImplementedError(f'{type(self).__name__} has no attention layout')
+
+    # ----------------------------------------------------------------- frozen stages
+    def stem_parts(self) -> List[FrozenPart]:
+        """What ``frozen_stages=0`` freezes (family specific, see the module docs)."""
+        raise NotImplementedError
+
+    def stage_parts(self, i: int) -> List[FrozenPart]:
+        """What stage ``i`` (0-based) adds to the frozen parts (family specific)."""
+        raise NotImplementedError
+
+    def frozen_parts(self) -> List[FrozenPart]:
+        """The modules and parameters ``frozen_stages`` freezes (see the module docs)."""
+        if self.frozen_stages < 0:
+            return []
+        parts = list(self.stem_parts())
+        for i in range(self.frozen_stages):
+            parts += self.stage_parts(i)
+        return parts
+
+    def _set_frozen_stages(self, frozen_stages: int) -> None:
+        """Check and store ``frozen_stages`` (in [-1, num_stages]); call in ``__init__``."""
+        check_choice('frozen_stages', frozen_stages, list(range(-1, self.num_stages + 1)),
+                     type(self).__name__)
+        self.frozen_stages = frozen_stages
+
+    def _freeze_stages(self) -> None:
+        for part in self.frozen_parts():
+            if isinstance(part, nn.Parameter):
+                part.requires_grad = False
+                continue
+            part.eval()
+            for p in part.parameters():
+                p.requires_grad = False
+
+    def train(self, mode: bool = True):
+        """As ``nn.Module.train``; the frozen parts stay in eval mode."""
+        super().train(mode)
+        self._freeze_stages()
+        return self
+
     # ----------------------------------------------------------------- checkpoints
     def load_converted(self, state_dict: dict, strict: bool = True) -> Tuple[List[str], List[str]]:
         """Load a converted state dict (e.g. from timm via the family's ``convert_timm``).
@@ -130,6 +228,50 @@ class SelectableBackbone(BaseModule):
                            f'{missing[:10]}{" ..." if len(missing) > 10 else ""}; unexpected '
                            f'keys: {unexpected[:10]}{" ..." if len(unexpected) > 10 else ""}')
         return missing, unexpected
+
+
+class AttentionLayout:
+    """How the rows of one softmax attention module map onto an image's token grid.
+
+    The attention analysis records the module's weights, shaped (B', heads, N_q, N_k) with B'
+    sequences (images, windows or pixel positions) per batch, and asks the layout for the map of
+    one query over the token grid of one image. A family subclasses it next to its blocks.
+
+    Attributes:
+        watch: a module whose forward input is the feature map the attention runs on (the
+            analysis registers :meth:`observe` as its forward pre-hook), or None.
+        class_token: whether the sequences start with a class token (the ``'cls'`` query).
+    """
+    watch: Optional[nn.Module] = None
+    class_token: bool = False
+
+    def observe(self, module: nn.Module, args: tuple) -> None:
+        """Forward pre-hook of :attr:`watch`: note the size of the feature map."""
+
+    def query_map(self, attn: Tensor, image: int, query: Union[str, Tuple[float, float]],
+                  image_hw: Tuple[int, int]) -> Tuple[Tensor, Tuple[int, int], Tuple[int, int]]:
+        """(heads, gh, gw) weights of ``query`` (``'cls'``, ``'centre'`` or (y, x) fractions
+        of the image) of image ``image`` of the batch over the token grid, the grid size and
+        the query's cell ((-1, -1) for the class token)."""
+        raise NotImplementedError
+
+
+def query_cell(query: Union[str, Tuple[float, float]], gh: int, gw: int) -> Tuple[int, int]:
+    """Grid cell of a query: ``'centre'`` or (y, x) as fractions of the image (0..1)."""
+    if query in ('centre', 'center', 'cls'):
+        return gh // 2, gw // 2
+    y, x = query
+    return min(gh - 1, max(0, int(float(y) * gh))), min(gw - 1, max(0, int(float(x) * gw)))
+
+
+def enclosing_module(root: nn.Module, name: str, kind: type) -> nn.Module:
+    """The closest module above ``root``'s submodule ``name`` that is a ``kind``."""
+    parts = name.split('.')
+    for cut in range(len(parts) - 1, 0, -1):
+        parent = root.get_submodule('.'.join(parts[:cut]))
+        if isinstance(parent, kind):
+            return parent
+    raise ValueError(f'{name} is not inside a {kind.__name__}')
 
 
 def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:

@@ -89,6 +89,8 @@ def policy_block_forward(blk: Block, x: Tensor, policy: Tensor, eps: float) -> T
 class TokenPruningMixin:
     """What DynamicViT and DynamicSwin share: loading a plain backbone's checkpoint (without the
     modules the method adds, :data:`PREDICTOR_KEYS`) and the state of the last forward."""
+    #: a peer method's backbone (the backbone contract, :class:`SelectableBackbone`)
+    is_peer = True
 
     def load_converted(self, state_dict: dict, strict: bool = True):
         """Load a (converted) ViT / DeiT / Swin state dict; the predictors (and Swin's fast

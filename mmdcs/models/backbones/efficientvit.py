@@ -49,10 +49,6 @@ from .base import SelectableBackbone, normalize_out_indices
 
 __all__ = ['EfficientViT', 'LiteMLA', 'TIMM_MODELS', 'convert_timm']
 
-#: nominal (training) input size: the cost model counts at this resolution
-NOMINAL_SIZE = 224
-
-
 # ----------------------------------------------------------------------------- layers
 class ConvNormAct(nn.Module):
     """Conv2d (symmetric 'same' padding, as timm's ``create_conv2d``) + optional norm + act."""
@@ -309,8 +305,8 @@ class EfficientViT(SelectableBackbone):
         out_indices: outputs to return: 0 stem (stride 2), 1-4 stages (strides 4-32), 5 the
             classification feature ``head_in_conv`` (stride 32, head_widths[0] channels; only
             built when 5 is asked for). Default ``(5, )``: the classification setting.
-        frozen_stages: freeze the stem (0) and stages 1..frozen_stages (numbered as the
-            outputs); -1 freezes nothing.
+        frozen_stages: -1 nothing; 0 the stem; k >= 1 also the first k stages (outputs 1..k;
+            ``head_in_conv`` is not a stage). See :class:`SelectableBackbone`.
         norm_eval: keep the BatchNorm layers in eval mode during training (detection).
     """
     family = 'efficientvit'
@@ -327,6 +323,9 @@ class EfficientViT(SelectableBackbone):
     #: first stage index (in ``stages``) made of EfficientVitBlocks
     vit_from = 2
     num_outputs = 6
+    num_stages = 4
+    #: LiteMLA is ReLU linear attention, ReLU(Q)(ReLU(K)ᵀV): no softmax attention matrix
+    softmax_attention = False
 
     def __init__(self, arch: str = 'efficientvit-b1', variant: Optional[str] = None,
                  subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
@@ -339,10 +338,7 @@ class EfficientViT(SelectableBackbone):
         norm_layer, act_layer = nn.BatchNorm2d, nn.Hardswish
         self.out_indices = normalize_out_indices(out_indices, self.num_outputs,
                                                  type(self).__name__)
-        if not -1 <= frozen_stages < self.num_outputs - 1:
-            raise ValueError(f'{type(self).__name__}: frozen_stages must be in [-1, '
-                             f'{self.num_outputs - 2}], got {frozen_stages}')
-        self.frozen_stages = frozen_stages
+        self._set_frozen_stages(frozen_stages)
         self.norm_eval = norm_eval
         self.head_dim = s['head_dim']
         self.expand_ratio = expand_ratio
@@ -380,16 +376,14 @@ class EfficientViT(SelectableBackbone):
             outs.append(self.head_in_conv(x))
         return tuple(outs)
 
-    def _freeze_stages(self) -> None:
-        modules = [self.stem] + list(self.stages)
-        for m in modules[:self.frozen_stages + 1]:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
+    def stem_parts(self) -> list:
+        return [self.stem]
+
+    def stage_parts(self, i: int) -> list:
+        return [self.stages[i]]
 
     def train(self, mode: bool = True):
         super().train(mode)
-        self._freeze_stages()
         if mode and self.norm_eval:
             for m in self.modules():
                 if isinstance(m, _BatchNorm):
@@ -411,7 +405,7 @@ class EfficientViT(SelectableBackbone):
         """
         terms = []
         for i, stage in enumerate(self.stages):
-            hw = (NOMINAL_SIZE // self.strides[i + 1])**2
+            hw = (self.nominal_size // self.strides[i + 1])**2
             for block in stage.blocks:
                 if not isinstance(block, EfficientVitBlock):
                     continue

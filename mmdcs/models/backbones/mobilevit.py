@@ -58,7 +58,8 @@ from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP,
                              QKChannelSelector, SubnetSpec)
 from mmdcs.selection.mlp import zero_positions
-from .base import SelectableBackbone, check_choice, drop_path_rates, normalize_out_indices
+from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
+                   enclosing_module, normalize_out_indices, query_cell)
 
 #: arch -> timm model name (for conversion and the equivalence tests)
 TIMM_MODELS = {
@@ -250,6 +251,29 @@ class MobileViTBlock(nn.Module):
 
 
 # ---------------------------------------------------------------------------------- model
+class PatchLayout(AttentionLayout):
+    """MobileViT: attention runs over the N = ⌈H/2⌉·⌈W/2⌉ patches of the block's map, one
+    sequence per pixel position of a 2×2 patch (P = 4 per image); a query's map is the mean of
+    the P positions."""
+
+    def __init__(self, block: 'MobileViTBlock'):
+        self.watch = block
+        self.block_hw: Optional[Tuple[int, int]] = None
+
+    def observe(self, module, args):
+        self.block_hw = (args[0].shape[2], args[0].shape[3])  # (B, C, H, W)
+
+    def query_map(self, attn, image, query, image_hw):
+        heads = attn.shape[1]
+        H, W = self.block_hw
+        ph, pw = self.watch.patch_size
+        nh, nw = math.ceil(H / ph), math.ceil(W / pw)
+        P = self.watch.patch_area
+        r, c = query_cell(query, nh, nw)
+        rows = attn[image * P:(image + 1) * P, :, r * nw + c, :]  # (P, heads, N)
+        return rows.mean(0).reshape(heads, nh, nw), (nh, nw), (r, c)
+
+
 @MODELS.register_module()
 class MobileViT(SelectableBackbone):
     """MobileViT backbone (timm's ``mobilevit_xs`` / ``mobilevit_s``) with DCS / KCR transformer
@@ -261,8 +285,8 @@ class MobileViT(SelectableBackbone):
         subnet: build the pruned network of this subnet (path, dict or SubnetSpec).
         out_indices: which of the 5 stage outputs (strides 2, 4, 8, 16, 32) to return; the last
             one is taken after ``final_conv``. Default ``(4, )`` (classification).
-        frozen_stages: freeze the stem and stages ``0 .. frozen_stages - 1`` (``5``: also
-            ``final_conv``); -1 freezes nothing.
+        frozen_stages: -1 nothing; 0 the stem; k >= 1 also stages ``0 .. k - 1`` (``5``: also
+            ``final_conv``). See :class:`SelectableBackbone`.
         norm_eval: keep the BatchNorm layers in eval mode while training (detection).
         in_channels: input image channels.
         drop_rate: dropout after the attention projection and in the MLPs (timm's ``drop``).
@@ -314,11 +338,9 @@ class MobileViT(SelectableBackbone):
                  init_cfg=None):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
         s = self.arch_settings
-        num_stages = len(s['channels'])
+        self.num_stages = num_stages = len(s['channels'])
         self.out_indices = normalize_out_indices(out_indices, num_stages, type(self).__name__)
-        check_choice('frozen_stages', frozen_stages, list(range(-1, num_stages + 1)),
-                     type(self).__name__)
-        self.frozen_stages = frozen_stages
+        self._set_frozen_stages(frozen_stages)
         self.norm_eval = norm_eval
 
         self.stem = ConvNormAct(in_channels, s['stem_channels'], 3, stride=2)
@@ -440,20 +462,18 @@ class MobileViT(SelectableBackbone):
                 outs.append(x)
         return tuple(outs)
 
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
-            return
-        mods = [self.stem] + list(self.stages[:self.frozen_stages])
-        if self.frozen_stages == len(self.stages):
-            mods.append(self.final_conv)
-        for m in mods:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
+    # ------------------------------------------------------------------ contract
+    def stem_parts(self) -> list:
+        return [self.stem]
+
+    def stage_parts(self, i: int) -> list:
+        return [self.stages[i]] + ([self.final_conv] if i == len(self.stages) - 1 else [])
+
+    def attention_layout(self, name: str) -> 'PatchLayout':
+        return PatchLayout(enclosing_module(self, name, MobileViTBlock))
 
     def train(self, mode: bool = True) -> 'MobileViT':
         super().train(mode)
-        self._freeze_stages()
         if mode and self.norm_eval:
             for m in self.modules():
                 if isinstance(m, nn.modules.batchnorm._BatchNorm):

@@ -30,7 +30,8 @@ from torch import Tensor
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP
-from .base import SelectableBackbone, drop_path_rates, normalize_out_indices
+from .base import (AttentionLayout, SelectableBackbone, drop_path_rates, enclosing_module,
+                   normalize_out_indices, query_cell)
 
 Size = Tuple[int, int]
 
@@ -258,6 +259,36 @@ class SwinStage(nn.Module):
         return self.blocks(self.downsample(x))
 
 
+class WindowLayout(AttentionLayout):
+    """Swin: the sequences are the (shifted) windows of each image's map; a query's weights
+    lie inside its window (drawn on the unshifted, unpadded map)."""
+
+    def __init__(self, block: SwinBlock):
+        self.watch = block
+        self.block_hw: Optional[Size] = None
+
+    def observe(self, module, args):
+        self.block_hw = (args[0].shape[1], args[0].shape[2])  # (B, H, W, C)
+
+    def query_map(self, attn, image, query, image_hw):
+        heads = attn.shape[1]
+        H, W = self.block_hw
+        (wh, ww), (sh, sw) = self.watch.window_and_shift(H, W)
+        Hp, Wp = H + (-H) % wh, W + (-W) % ww
+        nW = (Hp // wh) * (Wp // ww)
+        r, c = query_cell(query, H, W)
+        # position in the cyclically shifted (padded) map, its window, its index there
+        rr, cc = (r - sh) % Hp, (c - sw) % Wp
+        win = (rr // wh) * (Wp // ww) + cc // ww
+        idx = (rr % wh) * ww + cc % ww
+        row = attn[image * nW + win, :, idx, :]  # (heads, wh·ww)
+        full = attn.new_zeros(heads, Hp, Wp)
+        r0, c0 = (rr // wh) * wh, (cc // ww) * ww
+        full[:, r0:r0 + wh, c0:c0 + ww] = row.reshape(heads, wh, ww)
+        full = torch.roll(full, shifts=(sh, sw), dims=(1, 2))[:, :H, :W]
+        return full, (H, W), (r, c)
+
+
 # ----------------------------------------------------------------------------- backbone
 @MODELS.register_module()
 class Swin(SelectableBackbone):
@@ -273,9 +304,10 @@ class Swin(SelectableBackbone):
         drop_path_rate: stochastic depth, growing linearly over all blocks.
         out_indices: stages whose (normalised) feature maps (B, C_i, H_i, W_i) are returned;
             each has its own LayerNorm ``norm{i}``. ``(3,)`` for classification.
-        frozen_stages: freeze the patch embedding and stages 0..k (and their norms), as
-            mmpretrain (here stage i starts with the PatchMerging that enters it, timm's
-            layout); -1 freezes nothing.
+        frozen_stages: -1 nothing; 0 the patch embedding; k >= 1 also the first k stages
+            and their output norms, a stage being its blocks and the PatchMerging that
+            follows them, as mmdet's SwinTransformer (here the PatchMerging after stage i is
+            ``layers[i + 1].downsample``, timm's layout). See :class:`SelectableBackbone`.
         pad_small_map: keep the full window and the shift on maps smaller than the window (mmdet);
             by default such a side takes the window to its length and is not shifted (timm).
     """
@@ -296,13 +328,13 @@ class Swin(SelectableBackbone):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
         s = self.arch_settings
         depths, heads = s['depths'], s['num_heads']
-        self.num_stages = len(depths)
+        self.num_stages = len(depths)  # before _set_frozen_stages
         self.num_features = [s['embed_dims'] * 2**i for i in range(self.num_stages)]
         self.out_indices = normalize_out_indices(out_indices, self.num_stages, 'Swin')
         self.img_size = img_size
         self.patch_size = patch_size
         self.mlp_ratio = mlp_ratio
-        self.frozen_stages = frozen_stages
+        self._set_frozen_stages(frozen_stages)
 
         self.patch_embed = PatchEmbed(patch_size, in_channels, self.num_features[0])
         dpr = drop_path_rates(drop_path_rate, sum(depths))
@@ -332,20 +364,28 @@ class Swin(SelectableBackbone):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
 
-    def _freeze_stages(self) -> None:
-        if self.frozen_stages < 0:
-            return
-        frozen = [self.patch_embed] + list(self.layers[:self.frozen_stages + 1])
-        frozen += [getattr(self, f'norm{i}') for i in self.out_indices if i <= self.frozen_stages]
-        for m in frozen:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
+    # ----------------------------------------------------------------- contract
+    @classmethod
+    def size_kwargs(cls, size: Optional[Tuple[int, int]]) -> dict:
+        if size is None:
+            return {}
+        return dict(img_size=size[0] if size[0] == size[1] else tuple(size))
 
-    def train(self, mode: bool = True) -> 'Swin':
-        super().train(mode)
-        self._freeze_stages()
-        return self
+    def stem_parts(self) -> list:
+        return [self.patch_embed]
+
+    def stage_parts(self, i: int) -> list:
+        # layers[i] = the PatchMerging of stage i - 1 (already frozen with it; none for i = 0)
+        # and the blocks of stage i; then the PatchMerging that follows them
+        parts = [self.layers[i]]
+        if i + 1 < self.num_stages:
+            parts.append(self.layers[i + 1].downsample)
+        if i in self.out_indices:
+            parts.append(getattr(self, f'norm{i}'))
+        return parts
+
+    def attention_layout(self, name: str) -> 'WindowLayout':
+        return WindowLayout(enclosing_module(self, name, SwinBlock))
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         x = self.patch_embed(x)

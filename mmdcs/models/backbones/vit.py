@@ -32,7 +32,8 @@ from torch import Tensor
 from mmdcs.registry import MODELS
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP, SubnetSpec
 from mmdcs.selection import QKChannelSelector, prunable_modules
-from .base import SelectableBackbone, drop_path_rates, normalize_out_indices
+from .base import (AttentionLayout, SelectableBackbone, drop_path_rates, normalize_out_indices,
+                   query_cell)
 
 #: arch -> timm model name (for conversion and the equivalence tests)
 TIMM_MODELS = {
@@ -133,6 +134,25 @@ class Block(nn.Module):
         return x
 
 
+class TokenLayout(AttentionLayout):
+    """ViT: one sequence per image, ``prefix`` tokens (the class token) then the h·w patches."""
+    class_token = True
+
+    def __init__(self, patch_size: int, prefix: int = 1):
+        self.patch_size = patch_size
+        self.prefix = prefix
+
+    def query_map(self, attn, image, query, image_hw):
+        heads = attn.shape[1]
+        gh, gw = image_hw[0] // self.patch_size, image_hw[1] // self.patch_size
+        if query == 'cls':
+            row, cell = 0, (-1, -1)
+        else:
+            r, c = query_cell(query, gh, gw)
+            row, cell = self.prefix + r * gw + c, (r, c)
+        return attn[image, :, row, self.prefix:].reshape(heads, gh, gw), (gh, gw), cell
+
+
 @MODELS.register_module()
 class ViT(SelectableBackbone):
     """Vision Transformer / DeiT backbone, baseline or DCS / KCR supernet or pruned subnet.
@@ -158,6 +178,9 @@ class ViT(SelectableBackbone):
         attn_drop_rate: dropout on the attention weights.
         drop_path_rate: stochastic depth, linear over the blocks.
         interpolate_mode: resampling of the position embedding to another patch grid.
+        frozen_stages: -1 nothing; 0 the patch embedding, class token and position embedding;
+            k >= 1 also blocks 0..k-1 (and ``norm`` / ``fc_norm`` with the last block), as
+            mmpretrain's VisionTransformer (see :class:`SelectableBackbone`).
     """
     family = 'vit'
     arch_zoo: Dict[str, dict] = {
@@ -174,7 +197,7 @@ class ViT(SelectableBackbone):
                  in_channels: int = 3, out_type: str = 'cls_token',
                  out_indices: Union[int, Sequence[int]] = -1, final_norm: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
-                 interpolate_mode: str = 'bicubic', init_cfg=None):
+                 interpolate_mode: str = 'bicubic', frozen_stages: int = -1, init_cfg=None):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
         s = self.arch_settings
         if patch_size != s['patch_size']:
@@ -183,7 +206,7 @@ class ViT(SelectableBackbone):
         if out_type not in OUT_TYPES:
             raise ValueError(f'ViT: unknown out_type {out_type!r}; valid: {", ".join(OUT_TYPES)}')
         self.embed_dim = dim = s['embed_dim']
-        self.depth = s['depth']
+        self.depth = self.num_stages = s['depth']
         self.num_heads = s['num_heads']
         self.mlp_hidden = int(dim * s['mlp_ratio'])
         self.patch_size = patch_size
@@ -213,6 +236,27 @@ class ViT(SelectableBackbone):
         if out_type == 'avg_featmap':
             self.fc_norm = nn.LayerNorm(dim, eps=1e-6)
         self._apply_subnet()
+        self._set_frozen_stages(frozen_stages)
+        self._freeze_stages()
+
+    # ----------------------------------------------------------------- contract
+    @classmethod
+    def size_kwargs(cls, size: Optional[Tuple[int, int]]) -> dict:
+        if size is None:
+            return {}
+        return dict(img_size=size[0] if size[0] == size[1] else tuple(size))
+
+    def stem_parts(self) -> list:
+        return [self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop]
+
+    def stage_parts(self, i: int) -> list:
+        parts = [self.blocks[i]]
+        if i == self.depth - 1:
+            parts += [self.norm] + ([self.fc_norm] if hasattr(self, 'fc_norm') else [])
+        return parts
+
+    def attention_layout(self, name: str) -> 'TokenLayout':
+        return TokenLayout(self.patch_size, self.num_prefix_tokens)
 
     # ----------------------------------------------------------------- init / checkpoints
     def init_weights(self) -> None:

@@ -21,6 +21,8 @@ KINDS = ('attn', 'mlp', 'embed')
 
 class OFBSupernetMixin:
     """Bi-mask bookkeeping, schedules, finalisation and fusion of an OFB backbone."""
+    #: a peer method's backbone (as ``is_peer`` of mmdcs's backbone contract)
+    is_peer = True
 
     def named_bimasks(self) -> List[Tuple[str, str, BiMask]]:
         """``(kind, name, bimask)`` for every bi-mask, kind 'attn', 'mlp' or 'embed'."""
