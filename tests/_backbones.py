@@ -119,8 +119,10 @@ class FamilyCase:
         timm_features: None, or (arch, size, fn): ``fn(timm_model, x)`` gives the feature maps
             of ``dense`` (the same backbone built with ``dense``) at that size.
         randomize_timm: None or ``fn(model)``: non-trivial weights for the timm reference.
-        stem: parameter-name prefixes of the stem (``frozen_stages=0`` freezes them).
-        stage: ``i -> prefixes`` of stage i (``frozen_stages=k`` freezes stages 0 .. k-1).
+        stem: name prefixes of the stem's modules and parameters (``frozen_stages=0`` freezes
+            them).
+        stage: ``i -> prefixes`` of stage i, with the norms applied to its output
+            (``frozen_stages=k`` freezes stages 0 .. k-1).
         num_stages: the largest valid ``frozen_stages``.
         last_block: the last prunable block of ``arch`` (named by the subnet checks).
         extra_block: a prunable-block name that ``arch`` does not have.
@@ -170,8 +172,9 @@ CASES: Dict[str, FamilyCase] = {
         timm_logits=(('deit-tiny', (224, 224)), ('deit-tiny', (160, 224)),
                      ('vit-s16', (96, 64)), ('vit-b16', (96, 64))),
         timm_kwargs=lambda size: {} if _nominal(size) else dict(dynamic_img_size=True),
-        stem=('patch_embed.', 'cls_token', 'pos_embed'),
-        stage=lambda i: (f'blocks.{i}.', ),
+        stem=('patch_embed.', 'cls_token', 'pos_embed', 'pos_drop.'),
+        # a block; the last one with the final norm (and fc_norm) applied to its output
+        stage=lambda i: (f'blocks.{i}.', ) + (('norm.', 'fc_norm.') if i == 11 else ()),
         num_stages=12,
         last_block='blocks.11.mlp',
         extra_block='blocks.12.mlp'),

@@ -218,19 +218,11 @@ def test_out_indices_feature_maps(family, variant):
 
 
 # ----------------------------------------------------------------------------- frozen_stages
-#: the common frozen_stages definition is not in ViT (no frozen_stages) and Swin (0..k) yet
-_PENDING = pytest.mark.xfail(
-    strict=True, reason='frozen_stages: -1 nothing, 0 the stem (patch embedding, position '
-    'embedding, class token), k >= 1 the stem and the first k stages (ViT: blocks)')
-_PENDING_CASES = {('vit', -1), ('vit', 0), ('vit', 1), ('vit', 12), ('swin', 0), ('swin', 1)}
-
-
 def _frozen_cases():
     out = []
     for f in FAMILIES:
         stages = CASES[f].num_stages if f in CASES else 1
-        out += [pytest.param(f, k, marks=[_PENDING] if (f, k) in _PENDING_CASES else [],
-                             id=f'{f}-{k}') for k in sorted({-1, 0, 1, stages})]
+        out += [pytest.param(f, k, id=f'{f}-{k}') for k in sorted({-1, 0, 1, stages})]
     return out
 
 
@@ -265,8 +257,7 @@ def test_frozen_stages_freeze_the_stem_and_the_first_stages(family, frozen_stage
         assert any(p.grad is not None for n, p in model.named_parameters() if n not in expected)
 
 
-@pytest.mark.parametrize('family', [
-    pytest.param(f, marks=[_PENDING] if f in ('vit', 'swin') else []) for f in FAMILIES])
+@pytest.mark.parametrize('family', FAMILIES)
 def test_frozen_stages_out_of_range_is_refused(family):
     c, cls = case(family), families()[family]
     with pytest.raises(ValueError, match='frozen_stages'):
