@@ -1,4 +1,5 @@
-"""tools/train.py, tools/test.py and tools/dist_train.sh on the digits data, and their errors."""
+"""tools/train.py, tools/test.py and tools/dist_train.sh on the digits data, and their errors
+(mmdcs.apis.launch.user_errors itself: tests/test_apis/test_launch.py)."""
 import json
 import os.path as osp
 
@@ -159,18 +160,3 @@ def test_bad_subnet_file_is_one_clear_error_in_train_py(tiny_digits, tmp_path, r
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message.format(**names) in proc.stderr
     assert 'Traceback' not in proc.stderr
-
-
-def test_user_errors_turns_input_file_errors_into_one_line(capsys):
-    from mmdcs.peers.ofb.arch import ArchFileError
-    from mmdcs.selection import SubnetError
-    from mmdcs.apis.launch import user_errors
-    for exc in (SubnetError('subnet.json: 3 blocks for 12'), ArchFileError('arch.json: bad')):
-        with pytest.raises(SystemExit) as e:
-            with user_errors():
-                raise exc
-        assert e.value.code == 2
-        assert capsys.readouterr().err == f'error: {exc}\n'
-    with pytest.raises(ValueError, match='not an input file'):  # other errors pass through
-        with user_errors():
-            raise ValueError('not an input file')

@@ -5,6 +5,8 @@ import os.path as osp
 import pytest
 import torch
 
+from _mm_batches import seg_batch
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DET_CFG = osp.join(ROOT, 'configs/det/mask-rcnn_swin-t-kcr-supernet_fpn_1x_coco.py')
 SEG_CFG = osp.join(ROOT, 'configs/seg/upernet_swin-t-kcr-supernet_512x512_160k_ade20k.py')
@@ -90,21 +92,6 @@ def test_mask_rcnn_swin_trains_one_step_and_predicts(use_subnet, subnet_path):
     assert len(results) == 1 and hasattr(results[0], 'pred_instances')
 
 
-def _seg_batch(batch_size=2):
-    """Two images (UperNet's 1×1 pyramid pooling has BatchNorm: one image cannot train)."""
-    from mmengine.structures import PixelData
-    from mmseg.structures import SegDataSample
-    torch.manual_seed(0)
-    inputs, samples = [], []
-    for _ in range(batch_size):
-        inputs.append(torch.randint(0, 256, (3, 64, 64), dtype=torch.uint8))
-        sample = SegDataSample(metainfo=dict(img_shape=(64, 64), ori_shape=(64, 64),
-                                             pad_shape=(64, 64), scale_factor=(1., 1.)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, 64, 64)))
-        samples.append(sample)
-    return dict(inputs=inputs, data_samples=samples)
-
-
 @pytest.mark.parametrize('use_subnet', [False, True], ids=['supernet', 'subnet'])
 def test_upernet_swin_trains_one_step_and_predicts(use_subnet, subnet_path):
     from mmengine.model import revert_sync_batchnorm
@@ -120,7 +107,7 @@ def test_upernet_swin_trains_one_step_and_predicts(use_subnet, subnet_path):
     with DefaultScope.overwrite_default_scope('mmseg'):
         model = revert_sync_batchnorm(MODELS.build(cfg.model))
         _check_backbone(model, subnet)
-        data = _seg_batch()
+        data = seg_batch()  # two images: UperNet's 1×1 pyramid pooling has BatchNorm
         log_vars = _train_step(model, cfg, data)
         assert {'decode.loss_ce', 'aux.loss_ce'} <= set(log_vars)
         model.eval()
