@@ -3,10 +3,13 @@
 torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10.7 (the newest release)
 calls ``torch.load`` without the argument when it reads a local checkpoint (``--resume``,
 ``load_from``, ``init_cfg=dict(type='Pretrained')``). Its checkpoints hold Python objects
-(``HistoryBuffer``, numpy arrays, the config) that the safe loader refuses. mmengine fixed this on
-its main branch by passing ``weights_only=False`` (open-mmlab/mmengine#1670, unreleased); we
-register the same loader for local paths. Set ``MMDCS_WEIGHTS_ONLY=1`` to keep torch's safe
-default (then only plain state dicts load).
+(``HistoryBuffer``, numpy arrays) that torch's default allowlist refuses. Instead of loading
+every file with ``weights_only=False`` (which lets a downloaded file run code), we register
+:func:`mmdcs.utils.checkpoint.load_checkpoint_file` for local paths: weights-only loading with
+an allowlist of the exact data types mmengine checkpoints hold, safetensors files, and one-line
+errors for a refused or unreadable file (see that module). URLs (``http(s)://``, and
+``torchvision://`` etc., which resolve to one) are downloaded as before and then loaded the same
+way.
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -17,29 +20,52 @@ These patches are applied when :mod:`mmdcs.registry` is imported, i.e. whenever 
 built or an mmdcs tool runs (the SSD one only if mmdet is already imported; the tools import it
 for mmdet configs).
 """
-import os
-import os.path as osp
 import sys
 
 _PATCHED = False
 
 
 def _load_from_local(filename, map_location):
+    from .checkpoint import load_checkpoint_file
+    return load_checkpoint_file(filename, map_location)
+
+
+def _load_from_http(filename, map_location=None, model_dir=None):
+    """A URL: downloaded into torch.hub's cache as mmengine does (rank 0 first), then loaded
+    through the same safe path as a local file (mmengine's loader passes
+    ``weights_only=False``)."""
+    import os
+    import os.path as osp
+    from urllib.parse import urlparse
+
     import torch
-    filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
-    weights_only = os.environ.get('MMDCS_WEIGHTS_ONLY', '0') == '1'
-    return torch.load(filename, map_location=map_location, weights_only=weights_only)
+    import torch.hub
+    from mmengine.dist import get_dist_info
+    model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints')
+    cached = osp.join(model_dir, osp.basename(urlparse(filename).path))
+    rank, world_size = get_dist_info()
+    for turn in (0, 1):
+        if (rank == 0) == (turn == 0) and not osp.exists(cached):
+            os.makedirs(model_dir, exist_ok=True)
+            torch.hub.download_url_to_file(filename, cached, None, progress=rank == 0)
+        if world_size > 1 and turn == 0:
+            torch.distributed.barrier()
+    return _load_from_local(cached, map_location)
 
 
 def patch_mmengine_checkpoint_loading() -> None:
-    """Make mmengine's loader of local checkpoints work with torch >= 2.6 (idempotent)."""
+    """Make mmengine's loader of local checkpoints safe and work with torch >= 2.6
+    (idempotent)."""
     global _PATCHED
     if _PATCHED:
         return
+    import mmengine.runner.checkpoint as mmengine_checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes='', loader=_load_from_local, force=True)
+    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=_load_from_http,
+                                     force=True)
+    # torchvision://, open-mmlab://, mmcls:// call load_from_http by its module-level name
+    mmengine_checkpoint.load_from_http = _load_from_http
     _PATCHED = True
 
 
