@@ -11,9 +11,10 @@ CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher) with
   string in the file's metadata);
 * other files with ``torch.load(..., weights_only=True)`` and :data:`SAFE_GLOBALS`, the exact,
   harmless types an mmengine checkpoint holds besides tensors: mmengine's ``HistoryBuffer`` (the
-  message hub's logged scalars, a plain data object: unpickling only fills its ``__dict__``) and
-  numpy arrays / scalars of numeric dtypes (the buffers' contents, metric values). No function
-  that can reach other code (``getattr``, ``eval``, ``exec``, ``os.*``, ...) is in it;
+  message hub's logged scalars; :func:`mmdcs.utils.compat.patch_history_buffer_pickling` makes
+  it pickle its numbers only, and unpickling it only sets them) and numpy arrays / scalars of
+  numeric and bool dtypes (metric values, ETA). No function that can reach other code
+  (``getattr``, ``eval``, ``exec``, ``os.*``, ...) and no object-dtype array is in it;
 * a file that names anything else is refused with :class:`UnsafeCheckpointError` (one line: the
   file, the objects it holds, the flag that loads it anyway), unless it is trusted: the user
   passed ``--trust-checkpoint`` (or ``trust_checkpoint = True`` in the config), or, for a
@@ -222,17 +223,19 @@ def _diagnose(filename: str, error: BaseException) -> CheckpointError:
         return unreadable(filename, 'neither a torch.save file nor a safetensors file')
     allowed = _allowed_global_names()
     unsafe = [n for n in names if n not in allowed]
-    if not unsafe:
-        m = re.search(r'GLOBAL ([\w.]+)', str(error))
-        unsafe = [m.group(1)] if m else []
+    text = str(error)
+    m = re.search(r"GLOBAL ([\w.]+)|got <class '([\w.]+)'>", text)
+    if not unsafe and m:
+        unsafe = [m.group(1) or m.group(2)]
     if unsafe:
         return UnsafeCheckpointError(_unsafe_message(filename, unsafe))
-    text = str(error)
-    if 'Unsupported operand' in text:
+    if 'Weights only load failed' in text or 'WeightsUnpickler' in text:
+        # a valid pickle that the weights-only unpickler refuses for another reason
+        reason = text.split('WeightsUnpickler error:')[-1] if 'WeightsUnpickler error:' in \
+            text else text
+        reason = next((ln.strip() for ln in reason.splitlines() if ln.strip()), '')[:160]
         return UnsafeCheckpointError(_unsafe_message(
-            filename, [], 'objects the weights-only loader cannot check (pickle opcode '
-            f'{text.split("Unsupported operand")[1].split()[0].strip()}, e.g. of a newer pickle '
-            'protocol)'))
+            filename, [], f'objects the weights-only loader cannot check ({reason})'))
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
     return unreadable(filename, f'{type(error).__name__}: {first[:200]}')
 

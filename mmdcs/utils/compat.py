@@ -9,7 +9,9 @@ every file with ``weights_only=False`` (which lets a downloaded file run code), 
 an allowlist of the exact data types mmengine checkpoints hold, safetensors files, and one-line
 errors for a refused or unreadable file (see that module). URLs (``http(s)://``, and
 ``torchvision://`` etc., which resolve to one) are downloaded as before and then loaded the same
-way.
+way. The message hub's ``HistoryBuffer`` is made to pickle its data only
+(:func:`patch_history_buffer_pickling`), so that the training checkpoints mmdcs writes load
+weights-only.
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -53,6 +55,34 @@ def _load_from_http(filename, map_location=None, model_dir=None):
     return _load_from_local(cached, map_location)
 
 
+def patch_history_buffer_pickling() -> None:
+    """mmengine's ``HistoryBuffer`` (the message hub's logged scalars, saved in every training
+    checkpoint) pickles its class's statistics functions with it (``getattr(HistoryBuffer,
+    'min')`` ...), which a weights-only load must refuse. Pickle only its data instead: the
+    maximum length and the value / count histories as lists of numbers; the functions are the
+    class's anyway (idempotent)."""
+    import numpy as np
+    from mmengine.logging.history_buffer import HistoryBuffer
+    if getattr(HistoryBuffer, '_mmdcs_plain_state', False):
+        return
+    setstate = HistoryBuffer.__setstate__  # mmengine's: merges saved statistics functions
+
+    def __getstate__(self) -> dict:
+        return dict(max_length=self.max_length, _log_history=self._log_history.tolist(),
+                    _count_history=self._count_history.tolist())
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        for key in ('_log_history', '_count_history'):
+            if key in state and not isinstance(state[key], np.ndarray):
+                state[key] = np.array(state[key])
+        setstate(self, state)
+
+    HistoryBuffer.__getstate__ = __getstate__
+    HistoryBuffer.__setstate__ = __setstate__
+    HistoryBuffer._mmdcs_plain_state = True
+
+
 def patch_mmengine_checkpoint_loading() -> None:
     """Make mmengine's loader of local checkpoints safe and work with torch >= 2.6
     (idempotent)."""
@@ -66,6 +96,7 @@ def patch_mmengine_checkpoint_loading() -> None:
                                      force=True)
     # torchvision://, open-mmlab://, mmcls:// call load_from_http by its module-level name
     mmengine_checkpoint.load_from_http = _load_from_http
+    patch_history_buffer_pickling()
     _PATCHED = True
 
 
