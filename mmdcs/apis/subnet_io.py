@@ -5,7 +5,6 @@ checkpoint, and the printed summaries.
 
 Only mmengine config and model-building pieces are imported (no runner).
 """
-import os
 import os.path as osp
 import time
 from collections import OrderedDict

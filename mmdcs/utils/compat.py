@@ -65,18 +65,19 @@ def patch_history_buffer_pickling() -> None:
     from mmengine.logging.history_buffer import HistoryBuffer
     if getattr(HistoryBuffer, '_mmdcs_plain_state', False):
         return
-    setstate = HistoryBuffer.__setstate__  # mmengine's: merges saved statistics functions
+    keys = ('max_length', '_log_history', '_count_history')
 
     def __getstate__(self) -> dict:
         return dict(max_length=self.max_length, _log_history=self._log_history.tolist(),
                     _count_history=self._count_history.tolist())
 
     def __setstate__(self, state: dict) -> None:
-        state = dict(state)
-        for key in ('_log_history', '_count_history'):
-            if key in state and not isinstance(state[key], np.ndarray):
-                state[key] = np.array(state[key])
-        setstate(self, state)
+        # only the data: mmengine's own __setstate__ would merge saved functions into the
+        # class's statistics methods (a file could replace them); an older file's are dropped
+        self._set_default_statistics()
+        self.max_length = int(state.get('max_length', 1000000))
+        for key in keys[1:]:
+            self.__dict__[key] = np.array(state.get(key, []))
 
     HistoryBuffer.__getstate__ = __getstate__
     HistoryBuffer.__setstate__ = __setstate__

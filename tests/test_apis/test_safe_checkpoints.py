@@ -185,6 +185,13 @@ def test_mmengine_data_types_load_weights_only(tmp_path):
     loaded.update(5.0)
     assert loaded.current() == 5.0
     assert ckpt['meta']['seed'] == 3 and ckpt['meta']['hist'].tolist() == [0, 1, 2]
+    # its pickle names the class alone, and a file cannot replace the class's statistics
+    assert pickle_globals(pickle.dumps(buf, protocol=2)) == [
+        'mmengine.logging.history_buffer.HistoryBuffer']
+    HistoryBuffer.__new__(HistoryBuffer).__setstate__(
+        {'statistics_methods': {'max': 1}, 'max_length': 3, '_log_history': [1.0],
+         '_count_history': [1]})
+    assert HistoryBuffer([2.0], [1]).statistics('max') == 2.0
     obj = str(tmp_path / 'object.pth')
     torch.save({'a': np.array([{'x': 1}], dtype=object)}, obj)
     with pytest.raises(UnsafeCheckpointError):

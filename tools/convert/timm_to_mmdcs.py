@@ -6,8 +6,9 @@
 
 SRC is a timm state dict (.pth/.bin, or .safetensors), e.g. downloaded by hand from the model hub;
 nothing is downloaded here. It is loaded safely (weights only: a file holding other objects is
-refused with one line unless ``--trust-checkpoint``; see ``mmdcs/utils/checkpoint.py``). ``--random-init`` converts a freshly initialised timm
-model instead (for smoke tests and benchmarks). DST is an mmengine checkpoint
+refused with one line unless ``--trust-checkpoint``; see ``mmdcs/utils/checkpoint.py``).
+``--random-init`` converts a freshly initialised timm model instead (for smoke tests and
+benchmarks). DST is an mmengine checkpoint
 (``{'state_dict': ..., 'meta': ...}``; a ``.safetensors`` DST: a safetensors file with the meta
 as JSON in its metadata) for the mmpretrain classifier of
 ``configs/_base_/models/<family>_<arch>.py``; its ``backbone.*`` weights also initialise a DCS/KCR
