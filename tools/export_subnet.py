@@ -1,9 +1,11 @@
 """Export the subnet of a searched DCS / KCR supernet (METHOD §4): the deterministic gates
 (α > 0) become ``DIR/subnet.json``, and the weights of the whole model with its backbone pruned
-become ``DIR/pruned.pth`` (an mmengine checkpoint).
+become ``DIR/pruned.pth`` (an mmengine checkpoint of plain data: weights and ``meta``) or, with
+``--format safetensors``, ``DIR/pruned.safetensors``.
 
     python tools/export_subnet.py CONFIG CHECKPOINT --out DIR [--shape H W]
                                   [--multiple-of 8] [--cfg-options k=v ...] [--no-verify]
+                                  [--format pth|safetensors] [--trust-checkpoint]
 
 CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
 supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
@@ -23,7 +25,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
 
 
 def parse_args(argv=None):
@@ -44,6 +46,9 @@ def parse_args(argv=None):
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings of the config, key=value')
+    parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
+                        help='file format of the pruned weights (DIR/pruned.FORMAT)')
+    add_trust_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -69,6 +74,7 @@ def export(args) -> dict:
                                        require_supernet, save_pruned_checkpoint, shape_arg,
                                        usage_lines, with_subnet)
     shape = shape_arg(args.shape)
+    set_checkpoint_trust(args)
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model = build_model(cfg.model, scope)
@@ -118,7 +124,7 @@ def export(args) -> dict:
 
     os.makedirs(args.out, exist_ok=True)
     subnet_path = osp.join(args.out, 'subnet.json')
-    ckpt_path = osp.join(args.out, 'pruned.pth')
+    ckpt_path = osp.join(args.out, f'pruned.{getattr(args, "format", "pth")}')
     spec.save(subnet_path)
     src_meta = ckpt.get('meta', None) or {}
     meta = dict(
@@ -159,7 +165,7 @@ def export(args) -> dict:
                   'this', file=sys.stderr)
     print(f'\nwrote {subnet_path}\nwrote {ckpt_path}\n')
     print('\n'.join(usage_lines(args.config, args.out, spec.variant,
-                                backbone_prefix(model) or '')))
+                                backbone_prefix(model) or '', osp.basename(ckpt_path))))
     return dict(spec=spec, rows=rows, max_diff=max_diff, subnet=subnet_path, checkpoint=ckpt_path)
 
 

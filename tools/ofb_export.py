@@ -1,9 +1,11 @@
 """Export the compact network of an OFB search (Once-for-Both): ``DIR/arch.json`` (the searched
 widths, from which ``mmdcs.OFBViT`` / ``mmdcs.OFBSwin`` build a plain dense network) and
-``DIR/compact.pth`` (its fused weights, an mmengine checkpoint of the whole classifier).
+``DIR/compact.pth`` (its fused weights, an mmengine checkpoint of plain data of the whole
+classifier; ``--format safetensors``: ``DIR/compact.safetensors``).
 
     python tools/ofb_export.py CONFIG CHECKPOINT --out DIR [--shape H W]
                                [--cfg-options k=v ...] [--no-verify]
+                               [--format pth|safetensors] [--trust-checkpoint]
 
 CONFIG is the search config, CHECKPOINT a checkpoint of it (any epoch: a checkpoint taken after
 some compressions has sliced weights, which the model adopts while loading). If the search has
@@ -26,7 +28,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
 
 
 def parse_args(argv=None):
@@ -43,6 +45,9 @@ def parse_args(argv=None):
                         "supernet's output")
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override settings of the config, key=value')
+    parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
+                        help='file format of the compact weights (DIR/compact.FORMAT)')
+    add_trust_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -75,6 +80,7 @@ def export(args) -> dict:
     from mmdcs.apis.subnet_io import (build_model, complexity_lines, export_meta, human,
                                        load_model_checkpoint, load_task_config,
                                        require_checkpoint, save_pruned_checkpoint, shape_arg)
+    set_checkpoint_trust(args)
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model = build_model(cfg.model, scope)
@@ -107,7 +113,7 @@ def export(args) -> dict:
                                 groups_discretised=discretised)
     os.makedirs(args.out, exist_ok=True)
     arch_path = osp.join(args.out, 'arch.json')
-    ckpt_path = osp.join(args.out, 'compact.pth')
+    ckpt_path = osp.join(args.out, f'compact.{getattr(args, "format", "pth")}')
     save_arch(arch, arch_path)
 
     # the compact network from the arch file alone, with the fused weights

@@ -16,8 +16,9 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import ConfigDict, DictAction
 
-from mmdcs.apis.launch import (UserError, build_runner, check_data_paths, load_config,
-                                prepare_task, set_work_dir, setup_cpu_distributed, user_errors)
+from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
+                                load_config, prepare_task, set_checkpoint_trust, set_work_dir,
+                                setup_cpu_distributed, user_errors)
 
 #: visualization hook of each task, for --show-dir
 VIS_HOOKS = {'mmpretrain': 'VisualizationHook', 'mmdcs': 'VisualizationHook',
@@ -44,6 +45,7 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_trust_flag(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
@@ -95,6 +97,7 @@ def main(argv=None):
         cfg = load_config(args.config)
         scope = prepare_task(cfg)
         cfg = merge_args(cfg, args, scope)
+        set_checkpoint_trust(args, cfg)
         check_data_paths(cfg, ('test_dataloader', ))
         setup_cpu_distributed(cfg)
         runner = build_runner(cfg)

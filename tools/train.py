@@ -19,9 +19,9 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import ConfigDict, DictAction
 
-from mmdcs.apis.launch import (UserError, build_runner, check_data_paths, enable_amp,
-                                load_config, prepare_task, set_work_dir, setup_cpu_distributed,
-                                user_errors)
+from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
+                                enable_amp, load_config, prepare_task, set_checkpoint_trust,
+                                set_work_dir, setup_cpu_distributed, user_errors)
 
 
 def parse_args(argv=None):
@@ -47,6 +47,7 @@ def parse_args(argv=None):
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    add_trust_flag(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
@@ -103,6 +104,7 @@ def main(argv=None):
         cfg = load_config(args.config)
         prepare_task(cfg)
         cfg = merge_args(cfg, args)
+        set_checkpoint_trust(args, cfg)
         check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
         setup_cpu_distributed(cfg)
         runner = build_runner(cfg)

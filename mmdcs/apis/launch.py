@@ -16,6 +16,8 @@ from typing import Iterator, List, Optional, Tuple
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
 from mmdcs.utils import register_all_modules
+from mmdcs.utils.checkpoint import TRUST_FLAG, TRUST_KEY, CheckpointError, trust_checkpoints, \
+    trust_scope
 
 #: default_scope -> (python package, pip requirement) of the task
 TASK_PACKAGES = {
@@ -196,17 +198,39 @@ def _registry_hint(message: str) -> str:
 
 def input_file_errors() -> tuple:
     """The exception types of mmdcs's own input files: a subnet description that cannot be
-    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``)."""
-    return (SubnetError, ArchFileError)
+    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``), a
+    checkpoint refused as unsafe or not readable (``CheckpointError``)."""
+    return (SubnetError, ArchFileError, CheckpointError)
+
+
+def add_trust_flag(parser) -> None:
+    """The ``--trust-checkpoint`` flag of every tool that reads checkpoints."""
+    parser.add_argument(TRUST_FLAG, action='store_true',
+                        help='also load checkpoints that hold objects other than weights '
+                        '(unpickling such a file can run code: only for files you trust)')
+
+
+def set_checkpoint_trust(args, cfg=None) -> None:
+    """Which checkpoints may fall back to the unsafe loader (see mmdcs.utils.checkpoint):
+    all of them with ``--trust-checkpoint`` or ``trust_checkpoint = True`` in the config; for a
+    resumed run (``cfg.resume``) the files inside its work dir. Reset when
+    :func:`user_errors` exits."""
+    in_cfg = bool(cfg.get(TRUST_KEY, False)) if cfg is not None else False
+    hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else None
+    resume_dir = cfg.get('work_dir', None) if cfg is not None and cfg.get('resume') else None
+    trust_checkpoints(all=bool(getattr(args, 'trust_checkpoint', False)) or in_cfg,
+                      dirs=[resume_dir] if resume_dir else [], hint=hint)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn input errors into one clear line on stderr and exit code 2 (no traceback): a
     :class:`UserError`, a bad subnet or arch file (:func:`input_file_errors`, also when met
-    while the runner builds the model), a missing file, an unknown registry type."""
+    while the runner builds the model), a checkpoint refused as unsafe or unreadable, a missing
+    file, an unknown registry type. The checkpoint trust a tool set is undone on exit."""
     try:
-        yield
+        with trust_scope():
+            yield
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)

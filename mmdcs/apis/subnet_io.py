@@ -5,7 +5,6 @@ checkpoint, and the printed summaries.
 
 Only mmengine config and model-building pieces are imported (no runner).
 """
-import os
 import os.path as osp
 import time
 from collections import OrderedDict
@@ -17,6 +16,7 @@ import torch.nn as nn
 from mmdcs.analysis.complexity import nominal_input_size
 from mmdcs.models.backbones import SelectableBackbone
 from mmdcs.selection import SubnetSpec, prune_state_dict
+from mmdcs.utils.checkpoint import save_weights
 from .launch import UserError, load_config, prepare_task
 
 Size = Tuple[int, int]
@@ -203,10 +203,10 @@ def pruned_model_state(model: nn.Module, spec: SubnetSpec,
 
 
 def save_pruned_checkpoint(path: str, state_dict: Dict[str, torch.Tensor], meta: dict) -> None:
-    """An mmengine-style checkpoint ``{'meta': ..., 'state_dict': ...}`` (tensors on the CPU)."""
-    state = OrderedDict((k, v.detach().cpu()) for k, v in state_dict.items())
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    torch.save({'meta': meta, 'state_dict': state}, path)
+    """An mmengine-style checkpoint ``{'meta': ..., 'state_dict': ...}`` of plain data (tensors
+    on the CPU; a ``.safetensors`` path: a safetensors file with the meta as JSON), which loads
+    through the safe, weights-only path (:mod:`mmdcs.utils.checkpoint`)."""
+    save_weights(path, state_dict, meta)
 
 
 def export_meta(config: str, checkpoint: str, sha256: str) -> dict:
@@ -253,10 +253,11 @@ def retrain_config_for(config: str) -> Optional[str]:
     return None
 
 
-def usage_lines(config: str, out_dir: str, variant: str, prefix: str = 'backbone.') -> List[str]:
+def usage_lines(config: str, out_dir: str, variant: str, prefix: str = 'backbone.',
+                checkpoint: str = 'pruned.pth') -> List[str]:
     """How to use an exported subnet from a config (printed by the export tool)."""
     subnet = osp.join(out_dir, 'subnet.json')
-    ckpt = osp.join(out_dir, 'pruned.pth')
+    ckpt = osp.join(out_dir, checkpoint)
     retrain = retrain_config_for(config)
     base = f'model.backbone.subnet={subnet}'
     # the search config itself, without its search objective, evaluates the pruned checkpoint

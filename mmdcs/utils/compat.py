@@ -3,10 +3,15 @@
 torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10.7 (the newest release)
 calls ``torch.load`` without the argument when it reads a local checkpoint (``--resume``,
 ``load_from``, ``init_cfg=dict(type='Pretrained')``). Its checkpoints hold Python objects
-(``HistoryBuffer``, numpy arrays, the config) that the safe loader refuses. mmengine fixed this on
-its main branch by passing ``weights_only=False`` (open-mmlab/mmengine#1670, unreleased); we
-register the same loader for local paths. Set ``MMDCS_WEIGHTS_ONLY=1`` to keep torch's safe
-default (then only plain state dicts load).
+(``HistoryBuffer``, numpy arrays) that torch's default allowlist refuses. Instead of loading
+every file with ``weights_only=False`` (which lets a downloaded file run code), we register
+:func:`mmdcs.utils.checkpoint.load_checkpoint_file` for local paths: weights-only loading with
+an allowlist of the exact data types mmengine checkpoints hold, safetensors files, and one-line
+errors for a refused or unreadable file (see that module). URLs (``http(s)://``, and
+``torchvision://`` etc., which resolve to one) are downloaded as before and then loaded the same
+way. The message hub's ``HistoryBuffer`` is made to pickle its data only
+(:func:`patch_history_buffer_pickling`), so that the training checkpoints mmdcs writes load
+weights-only.
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -23,25 +28,79 @@ import os
 import os.path as osp
 import sys
 
+from .checkpoint import load_checkpoint_file
+
 _PATCHED = False
 
 
 def _load_from_local(filename, map_location):
+    return load_checkpoint_file(filename, map_location)
+
+
+def _load_from_http(filename, map_location=None, model_dir=None):
+    """A URL: downloaded into torch.hub's cache as mmengine does (rank 0 first), then loaded
+    through the same safe path as a local file (mmengine's loader passes
+    ``weights_only=False``)."""
+    from urllib.parse import urlparse
+
     import torch
-    filename = osp.expanduser(filename)
-    if not osp.isfile(filename):
-        raise FileNotFoundError(f'{filename} can not be found.')
-    weights_only = os.environ.get('MMDCS_WEIGHTS_ONLY', '0') == '1'
-    return torch.load(filename, map_location=map_location, weights_only=weights_only)
+    import torch.hub
+    from mmengine.dist import get_dist_info
+    model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints')
+    cached = osp.join(model_dir, osp.basename(urlparse(filename).path))
+    rank, world_size = get_dist_info()
+    for turn in (0, 1):
+        if (rank == 0) == (turn == 0) and not osp.exists(cached):
+            os.makedirs(model_dir, exist_ok=True)
+            torch.hub.download_url_to_file(filename, cached, None, progress=rank == 0)
+        if world_size > 1 and turn == 0:
+            torch.distributed.barrier()
+    return _load_from_local(cached, map_location)
+
+
+def patch_history_buffer_pickling() -> None:
+    """mmengine's ``HistoryBuffer`` (the message hub's logged scalars, saved in every training
+    checkpoint) pickles its class's statistics functions with it (``getattr(HistoryBuffer,
+    'min')`` ...), which a weights-only load must refuse. Pickle only its data instead: the
+    maximum length and the value / count histories as lists of numbers; the functions are the
+    class's anyway (idempotent)."""
+    import numpy as np
+    from mmengine.logging.history_buffer import HistoryBuffer
+    if getattr(HistoryBuffer, '_mmdcs_plain_state', False):
+        return
+    keys = ('max_length', '_log_history', '_count_history')
+
+    def __getstate__(self) -> dict:
+        return dict(max_length=self.max_length, _log_history=self._log_history.tolist(),
+                    _count_history=self._count_history.tolist())
+
+    def __setstate__(self, state: dict) -> None:
+        # only the data: mmengine's own __setstate__ would merge saved functions into the
+        # class's statistics methods (a file could replace them); an older file's are dropped
+        self._set_default_statistics()
+        self.max_length = int(state.get('max_length', 1000000))
+        for key in keys[1:]:
+            self.__dict__[key] = np.array(state.get(key, []))
+
+    HistoryBuffer.__getstate__ = __getstate__
+    HistoryBuffer.__setstate__ = __setstate__
+    HistoryBuffer._mmdcs_plain_state = True
 
 
 def patch_mmengine_checkpoint_loading() -> None:
-    """Make mmengine's loader of local checkpoints work with torch >= 2.6 (idempotent)."""
+    """Make mmengine's loader of local checkpoints safe and work with torch >= 2.6
+    (idempotent)."""
     global _PATCHED
     if _PATCHED:
         return
+    import mmengine.runner.checkpoint as mmengine_checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
     CheckpointLoader.register_scheme(prefixes='', loader=_load_from_local, force=True)
+    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=_load_from_http,
+                                     force=True)
+    # torchvision://, open-mmlab://, mmcls:// call load_from_http by its module-level name
+    mmengine_checkpoint.load_from_http = _load_from_http
+    patch_history_buffer_pickling()
     _PATCHED = True
 
 

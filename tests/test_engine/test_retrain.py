@@ -10,6 +10,7 @@ from mmengine.registry import DefaultScope
 
 from mmdcs.engine.hooks import CHECKPOINT_KEY
 from mmdcs.registry import MODELS
+from mmdcs.utils.checkpoint import load_checkpoint_file
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -64,8 +65,7 @@ def test_retrain_logs_reports_checkpoints_and_resumes_the_state(kind, tiny_digit
     runner = Runner.from_cfg(cfg)
     runner.train()
     assert runner.model.reg_active  # epoch 1 ≥ t_warm = 1
-    saved = torch.load(osp.join(str(tmp_path / 'run'), 'epoch_2.pth'), map_location='cpu',
-                       weights_only=False)
+    saved = load_checkpoint_file(osp.join(str(tmp_path / 'run'), 'epoch_2.pth'))
     reg = saved[CHECKPOINT_KEY]
     assert reg['type'] == ('ib' if kind == 'dcs' else 'kcr')
     log = open(osp.join(runner.log_dir, f'{runner.timestamp}.log')).read()
@@ -77,7 +77,7 @@ def test_retrain_logs_reports_checkpoints_and_resumes_the_state(kind, tiny_digit
 
     # resume from epoch 1: the state is restored exactly before training goes on
     ckpt1 = osp.join(str(tmp_path / 'run'), 'epoch_1.pth')
-    expected = torch.load(ckpt1, map_location='cpu', weights_only=False)[CHECKPOINT_KEY]['state']
+    expected = load_checkpoint_file(ckpt1)[CHECKPOINT_KEY]['state']
     cfg2 = _retrain_cfg(kind, tiny_digits, str(tmp_path / 'resumed'), subnet, epochs=2,
                         resume=True, load_from=ckpt1)
     runner2 = Runner.from_cfg(cfg2)
@@ -118,6 +118,6 @@ def test_search_runs_under_ddp_two_gloo_processes(tiny_digits, tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert 'arch_loss_cost' in out
-    ckpt = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu', weights_only=False)
+    ckpt = load_checkpoint_file(osp.join(work, 'epoch_1.pth'))
     assert set(ckpt['optimizer']) >= {'weight', 'arch'} or 'weight.state' in str(
         list(ckpt['optimizer'])[:4])

@@ -19,6 +19,7 @@ from mmdcs.models.backbones.vit import ViT, convert_timm
 from mmdcs.peers.dynamicvit import (DynamicViTLoss, TokenPredictor, batch_index_select,
                                     keep_count, keep_ratios, policy_attention, restore_tokens,
                                     softmax_with_policy)
+from mmdcs.utils.checkpoint import load_checkpoint_file
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = osp.join(ROOT, 'configs/demo/dynamicvit-deit-tiny_digits.py')
@@ -801,7 +802,7 @@ def test_freeze_hook_freezes_the_backbone_for_fix_step_epochs_across_resume(tiny
     runner.train()
     frozen, thawed = (False, False, True), (True, True, True)
     assert probe.moved == {0: frozen, 1: frozen, 2: thawed}
-    ckpt = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu', weights_only=False)
+    ckpt = load_checkpoint_file(osp.join(work, 'epoch_1.pth'))
     lrs = [g['lr'] for g in ckpt['optimizer']['param_groups'] if g['dynamicvit_backbone']]
     assert lrs and all(lr > 0 for lr in lrs)
     assert not any(k.startswith('_teacher') for k in ckpt['state_dict'])

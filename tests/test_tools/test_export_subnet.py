@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mmdcs.selection import SubnetSpec, apply_subnet_, file_sha256, selector_layout
+from mmdcs.utils.checkpoint import load_checkpoint_file
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -85,7 +86,7 @@ def test_export_rebuild_and_equal_logits(supernet, run_tool):
     model_cfg = copy.deepcopy(supernet['cfg'].model)
     model_cfg.backbone.subnet = osp.join(out, 'subnet.json')
     pruned = _build(model_cfg)
-    ckpt = torch.load(osp.join(out, 'pruned.pth'), map_location='cpu', weights_only=False)
+    ckpt = load_checkpoint_file(osp.join(out, 'pruned.pth'))
     assert set(ckpt) >= {'state_dict', 'meta'}
     assert ckpt['meta']['dataset_meta']['classes'][0] == '0'
     pruned.load_state_dict(ckpt['state_dict'], strict=True)
@@ -168,7 +169,7 @@ def test_export_multiple_of_rounds_widths_and_keeps_outputs(supernet, tmp_path, 
     model_cfg = copy.deepcopy(supernet['cfg'].model)
     model_cfg.backbone.subnet = osp.join(out, 'subnet.json')
     pruned = _build(model_cfg)
-    ckpt = torch.load(osp.join(out, 'pruned.pth'), map_location='cpu', weights_only=False)
+    ckpt = load_checkpoint_file(osp.join(out, 'pruned.pth'))
     pruned.load_state_dict(ckpt['state_dict'], strict=True)
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

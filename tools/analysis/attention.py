@@ -40,7 +40,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
 
 
 def parse_args(argv=None):
@@ -74,6 +74,7 @@ def parse_args(argv=None):
     p.add_argument('--out-dir', default='work_dirs/attention')
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
+    add_trust_flag(p)
     args = p.parse_args(argv)
     if bool(args.model) == bool(args.arch):
         p.error('give --model CONFIG CHECKPOINT (one or more) or --arch')
@@ -132,6 +133,7 @@ def _arch_models(args):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        set_checkpoint_trust(args)
         import torch
         from mmdcs.analysis.attention import (AttentionNotSupported, collect_attention,
                                               entropy_table, plot_attention_maps,

@@ -35,7 +35,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
 
 
 def parse_args(argv=None):
@@ -60,6 +60,7 @@ def parse_args(argv=None):
     p.add_argument('--out', help='write the markdown table here')
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
+    add_trust_flag(p)
     args = p.parse_args(argv)
     if len(args.models) % 2:
         p.error('give CONFIG CHECKPOINT pairs (an even number of arguments)')
@@ -76,6 +77,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        set_checkpoint_trust(args)
         from mmdcs.analysis.reports import classifier_report, format_report
         from mmdcs.apis.loading import dataset_batches, load_classifier
         pairs = [(args.models[i], args.models[i + 1]) for i in range(0, len(args.models), 2)]

@@ -27,7 +27,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import DictAction
 
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
 
 
 def parse_args(argv=None):
@@ -45,6 +45,7 @@ def parse_args(argv=None):
     p.add_argument('--out', default='work_dirs/cam/grad_cam.png', help='output PNG')
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
+    add_trust_flag(p)
     args = p.parse_args(argv)
     if args.names and len(args.names) != len(args.model):
         p.error(f'--names: {len(args.names)} names for {len(args.model)} models')
@@ -54,6 +55,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        set_checkpoint_trust(args)
         from mmdcs.analysis.gradcam import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
         from mmdcs.apis.loading import list_images, load_classifier, load_images
         paths = []

@@ -4,10 +4,13 @@
     python tools/convert/timm_to_mmdcs.py vit vit-s16 vit_small_patch16_224.pth vit-s16_in1k.pth
     python tools/convert/timm_to_mmdcs.py swin swin-t --random-init swin-t_random.pth
 
-SRC is a timm state dict (.pth/.bin via torch.load, or .safetensors), e.g. downloaded by hand from
-the model hub; nothing is downloaded here. ``--random-init`` converts a freshly initialised timm
-model instead (for smoke tests and benchmarks). DST is an mmengine checkpoint
-(``{'state_dict': ..., 'meta': ...}``) for the mmpretrain classifier of
+SRC is a timm state dict (.pth/.bin, or .safetensors), e.g. downloaded by hand from the model hub;
+nothing is downloaded here. It is loaded safely (weights only: a file holding other objects is
+refused with one line unless ``--trust-checkpoint``; see ``mmdcs/utils/checkpoint.py``).
+``--random-init`` converts a freshly initialised timm model instead (for smoke tests and
+benchmarks). DST is an mmengine checkpoint
+(``{'state_dict': ..., 'meta': ...}``; a ``.safetensors`` DST: a safetensors file with the meta
+as JSON in its metadata) for the mmpretrain classifier of
 ``configs/_base_/models/<family>_<arch>.py``; its ``backbone.*`` weights also initialise a DCS/KCR
 supernet ("all kept" gates) or a detector/segmentor backbone (``init_cfg=dict(type='Pretrained',
 checkpoint=DST, prefix='backbone.')``).
@@ -24,16 +27,16 @@ except ImportError:
 
 import torch
 
+from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.utils.checkpoint import load_checkpoint_file, save_weights
+
 FAMILIES = ('vit', 'swin', 'mobilevit', 'efficientvit')
 
 
 def load_state_dict(path):
     if not osp.isfile(path):
-        sys.exit(f'error: source checkpoint not found: {path}')
-    if path.endswith('.safetensors'):
-        from safetensors.torch import load_file
-        return load_file(path)
-    ckpt = torch.load(path, map_location='cpu', weights_only=True)
+        raise UserError(f'source checkpoint not found: {path}')
+    ckpt = load_checkpoint_file(path, map_location='cpu')
     for key in ('state_dict', 'model', 'state_dict_ema'):
         if isinstance(ckpt, dict) and key in ckpt and isinstance(ckpt[key], dict):
             return ckpt[key]
@@ -51,13 +54,19 @@ def main(argv=None):
                         help="source layout; 'official' = Microsoft's Swin checkpoints")
     parser.add_argument('--random-init', action='store_true',
                         help='convert a randomly initialised timm model (no SRC)')
+    add_trust_flag(parser)
     args = parser.parse_args(argv)
+    with user_errors():
+        set_checkpoint_trust(args)
+        convert(args)
 
+
+def convert(args):
     module = importlib.import_module(f'mmdcs.models.backbones.{args.family}')
     timm_names = module.TIMM_MODELS
     if args.arch not in timm_names:
-        sys.exit(f'error: unknown arch {args.arch!r} for {args.family}; valid: '
-                 f'{", ".join(timm_names)}')
+        raise UserError(f'unknown arch {args.arch!r} for {args.family}; valid: '
+                        f'{", ".join(timm_names)}')
     if args.random_init:
         import timm
         torch.manual_seed(0)
@@ -65,17 +74,16 @@ def main(argv=None):
         source = f'timm:{timm_names[args.arch]} (random init)'
     else:
         if args.src is None:
-            sys.exit('error: give SRC or --random-init')
+            raise UserError('give SRC or --random-init')
         state = load_state_dict(args.src)
         source = args.src
     if args.layout == 'official':
         if not hasattr(module, 'convert_official_swin'):
-            sys.exit(f'error: --layout official is for swin, not {args.family}')
+            raise UserError(f'--layout official is for swin, not {args.family}')
         converted = module.convert_official_swin(state, args.arch)
     else:
         converted = module.convert_timm(state, args.arch)
-    torch.save({'state_dict': converted,
-                'meta': dict(source=source, family=args.family, arch=args.arch)}, args.dst)
+    save_weights(args.dst, converted, dict(source=source, family=args.family, arch=args.arch))
     n = sum(v.numel() for k, v in converted.items() if v.is_floating_point())
     print(f'wrote {args.dst}: {len(converted)} tensors, {n / 1e6:.2f} M values, from {source}')
 

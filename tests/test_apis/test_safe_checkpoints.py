@@ -1,0 +1,399 @@
+"""Safe checkpoint loading (mmdcs/utils/checkpoint.py): a checkpoint whose unpickling would run
+code is refused by every entry point with one line and exit code 2, without running it; a
+corrupt checkpoint is one line too; every checkpoint mmdcs writes (training, export, conversion)
+loads through the safe, weights-only path; --trust-checkpoint and the resumed run's work dir are
+the only ways to the unsafe loader."""
+import builtins
+import importlib.util
+import os
+import os.path as osp
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import mmdcs.registry  # noqa: F401  (registers the loaders)
+from mmdcs.utils.checkpoint import (UnreadableCheckpointError, UnsafeCheckpointError,
+                                    load_checkpoint_file, pickle_globals, save_weights,
+                                    trust_checkpoints, trust_scope)
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+CLS_CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
+OFB_CFG = 'configs/demo/ofb-deit-tiny_search_digits.py'
+DYN_CFG = 'configs/demo/dynamicvit-deit-tiny_digits.py'
+SUPERNET_CFG = """default_scope = 'mmpretrain'
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='dcs', img_size=32),
+    neck=None,
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=192))
+"""
+
+
+class _Marker:
+    """Unpickling this creates the file ``path`` (what a crafted checkpoint could do)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (builtins.open, (self.path, 'w'))
+
+
+@pytest.fixture
+def evil(tmp_path):
+    """(checkpoint, marker): a checkpoint with weights and an object whose unpickling creates
+    ``marker``."""
+    marker = str(tmp_path / 'MARKER')
+    path = str(tmp_path / 'downloaded.pth')
+    torch.save({'state_dict': {'backbone.w': torch.ones(2)},
+                'meta': {'note': _Marker(marker)}}, path)
+    return path, marker
+
+
+@pytest.fixture
+def corrupt(tmp_path):
+    """name → a file that is no checkpoint: random bytes, a truncated torch.save file."""
+    rand = str(tmp_path / 'random.pth')
+    with open(rand, 'wb') as f:
+        f.write(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    full = str(tmp_path / 'full.pth')
+    torch.save({'state_dict': {'w': torch.randn(64, 64)}}, full)
+    trunc = str(tmp_path / 'truncated.pth')
+    with open(full, 'rb') as f:
+        data = f.read()
+    with open(trunc, 'wb') as f:
+        f.write(data[:len(data) // 2])
+    return {'random': rand, 'truncated': trunc}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_trust():
+    with trust_scope():
+        trust_checkpoints(all=False)
+        yield
+
+
+def _tool(rel):
+    name = 'mmdcs_tool_' + rel.replace('/', '_').replace('.py', '')
+    spec = importlib.util.spec_from_file_location(name, osp.join(ROOT, rel))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _main(rel, argv, capsys):
+    """(exit code, stderr) of a tool's main(argv) run in this process."""
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with pytest.raises(SystemExit) as e:
+            _tool(rel).main(argv)
+    finally:
+        os.chdir(cwd)
+    return e.value.code, capsys.readouterr().err
+
+
+def _one_error_line(err):
+    lines = [ln for ln in err.splitlines() if ln.startswith('error:')]
+    assert len(lines) == 1 and 'Traceback' not in err, err[-3000:]
+    return lines[0]
+
+
+def _assert_refused(code, err, path, marker):
+    line = _one_error_line(err)
+    assert code == 2, err[-3000:]
+    assert path in line and 'objects other than weights' in line, line
+    assert '--trust-checkpoint' in line, line
+    assert not osp.exists(marker), 'the checkpoint ran code'
+    return line
+
+
+def _data_opts(root, epochs=1):
+    cls = osp.join(root, 'cls')
+    return [f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
+            f'test_dataloader.dataset.data_root={cls}', f'train_cfg.max_epochs={epochs}',
+            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+            'test_dataloader.num_workers=0', 'default_hooks.logger.interval=1']
+
+
+# ----------------------------------------------------------------------------- the loader
+def test_crafted_checkpoint_is_refused_without_running_it(evil, tmp_path):
+    path, marker = evil
+    legacy = str(tmp_path / 'legacy.pth')
+    torch.save({'x': _Marker(marker)}, legacy, _use_new_zipfile_serialization=False)
+    proto4 = str(tmp_path / 'proto4.pkl')
+    with open(proto4, 'wb') as f:
+        pickle.dump({'x': _Marker(marker)}, f, protocol=4)
+    for p in (path, legacy, proto4):
+        with pytest.raises(UnsafeCheckpointError) as e:
+            load_checkpoint_file(p)
+        msg = str(e.value)
+        assert p in msg and 'io.open' in msg and '--trust-checkpoint' in msg
+        assert '\n' not in msg
+    assert not osp.exists(marker)
+    # what the diagnosis sees, without unpickling
+    with open(proto4, 'rb') as f:
+        assert 'io.open' in pickle_globals(f.read())
+
+
+def test_trust_flag_and_resumed_work_dir_are_the_only_way_to_the_unsafe_loader(evil, tmp_path):
+    path, marker = evil
+    work = tmp_path / 'work'
+    work.mkdir()
+    inside = str(work / 'epoch_1.pth')
+    shutil.copy(path, inside)
+    trust_checkpoints(dirs=[str(work)])
+    with pytest.raises(UnsafeCheckpointError, match='only from the run\'s work dir'):
+        load_checkpoint_file(path)          # outside the work dir: still refused
+    assert not osp.exists(marker)
+    load_checkpoint_file(inside)            # inside: the full unpickler (it does run the code)
+    assert osp.exists(marker)
+    os.remove(marker)
+    with trust_scope():
+        trust_checkpoints(all=True)
+        assert torch.equal(load_checkpoint_file(path)['state_dict']['backbone.w'], torch.ones(2))
+    assert osp.exists(marker)
+
+
+def test_corrupt_files_are_not_readable_checkpoints(corrupt, tmp_path):
+    empty = str(tmp_path / 'empty.pth')
+    open(empty, 'wb').close()
+    bad_st = str(tmp_path / 'bad.safetensors')
+    with open(bad_st, 'wb') as f:
+        f.write(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": 1')
+    for p in list(corrupt.values()) + [empty, bad_st]:
+        with pytest.raises(UnreadableCheckpointError, match='is not a readable checkpoint') as e:
+            load_checkpoint_file(p)
+        assert p in str(e.value) and '\n' not in str(e.value)
+
+
+def test_mmengine_data_types_load_weights_only(tmp_path):
+    """The message hub's HistoryBuffer pickles its data only (no getattr of its statistics
+    functions) and numeric numpy values are allowed; an object array is not."""
+    from mmengine.logging import HistoryBuffer
+    buf = HistoryBuffer([1.0, 3.0], [1, 1])
+    path = str(tmp_path / 'ckpt.pth')
+    torch.save({'state_dict': {'w': torch.ones(2)}, 'message_hub': {'log_scalars': {'l': buf}},
+                'meta': {'seed': np.int64(3), 'eta': np.float64(2.5),
+                         'hist': np.arange(3, dtype=np.float32)}}, path)
+    ckpt = load_checkpoint_file(path)
+    loaded = ckpt['message_hub']['log_scalars']['l']
+    assert loaded.mean() == 2.0 and loaded.statistics('max') == 3.0
+    loaded.update(5.0)
+    assert loaded.current() == 5.0
+    assert ckpt['meta']['seed'] == 3 and ckpt['meta']['hist'].tolist() == [0, 1, 2]
+    # its pickle names the class alone, and a file cannot replace the class's statistics
+    assert pickle_globals(pickle.dumps(buf, protocol=2)) == [
+        'mmengine.logging.history_buffer.HistoryBuffer']
+    HistoryBuffer.__new__(HistoryBuffer).__setstate__(
+        {'statistics_methods': {'max': 1}, 'max_length': 3, '_log_history': [1.0],
+         '_count_history': [1]})
+    assert HistoryBuffer([2.0], [1]).statistics('max') == 2.0
+    obj = str(tmp_path / 'object.pth')
+    torch.save({'a': np.array([{'x': 1}], dtype=object)}, obj)
+    with pytest.raises(UnsafeCheckpointError):
+        load_checkpoint_file(obj)
+
+
+def test_url_checkpoints_load_through_the_safe_path(evil, tmp_path, monkeypatch):
+    import torch.hub
+    from mmengine.runner.checkpoint import _load_checkpoint
+    path, marker = evil
+    good = str(tmp_path / 'good.pth')
+    torch.save({'state_dict': {'w': torch.ones(3)}}, good)
+    sources = {'https://example.org/a/evil.pth': path, 'https://example.org/a/good.pth': good}
+    monkeypatch.setattr(torch.hub, 'get_dir', lambda: str(tmp_path / 'hub'))
+    monkeypatch.setattr(torch.hub, 'download_url_to_file',
+                        lambda url, dst, *a, **k: shutil.copy(sources[url], dst))
+    assert torch.equal(_load_checkpoint('https://example.org/a/good.pth')['state_dict']['w'],
+                       torch.ones(3))
+    with pytest.raises(UnsafeCheckpointError, match='evil.pth holds objects other than weights'):
+        _load_checkpoint('https://example.org/a/evil.pth')
+    assert not osp.exists(marker)
+
+
+def test_safetensors_weights_load_everywhere_weights_are_read(tmp_path):
+    """save_weights(.safetensors) → load_checkpoint_file, mmengine's load_checkpoint and a
+    Pretrained init_cfg with a prefix read it (tensors and the meta)."""
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import load_checkpoint
+
+    from mmdcs.registry import MODELS
+    cfg = dict(type='ImageClassifier', head=dict(type='LinearClsHead', num_classes=10,
+                                                 in_channels=192),
+               backbone=dict(type='mmdcs.ViT', arch='deit-tiny', img_size=32))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        torch.manual_seed(0)
+        src = MODELS.build(cfg)
+        path = str(tmp_path / 'w.safetensors')
+        save_weights(path, src.state_dict(), {'classes': ('a', 'b'), 'n': np.int64(2)})
+        ckpt = load_checkpoint_file(path)
+        assert ckpt['meta'] == {'classes': ['a', 'b'], 'n': 2}
+        dst = MODELS.build(cfg)
+        load_checkpoint(dst, path, map_location='cpu', strict=True)
+        init = dict(cfg, backbone=dict(cfg['backbone'], init_cfg=dict(
+            type='Pretrained', checkpoint=path, prefix='backbone.')))
+        pre = MODELS.build(init)
+        pre.backbone.init_weights()
+    for (k, a), b in zip(src.state_dict().items(), dst.state_dict().values()):
+        assert torch.equal(a, b), k
+    for k, v in pre.backbone.state_dict().items():
+        assert torch.equal(v, src.backbone.state_dict()[k]), k
+
+
+# ----------------------------------------------------------------------------- entry points
+def test_test_tool_refuses_crafted_and_corrupt_checkpoints(evil, corrupt, tiny_digits, tmp_path,
+                                                           run_tool, capsys):
+    path, marker = evil
+    proc = run_tool(['tools/test.py', CLS_CFG, path, '--work-dir', str(tmp_path / 'w'),
+                     '--cfg-options'] + _data_opts(tiny_digits))
+    line = _assert_refused(proc.returncode, proc.stderr, path, marker)
+    assert 'trust_checkpoint=True in the config' in line
+    for name, p in corrupt.items():
+        code, err = _main('tools/test.py', [CLS_CFG, p, '--work-dir', str(tmp_path / 'w'),
+                                            '--cfg-options'] + _data_opts(tiny_digits), capsys)
+        line = _one_error_line(err)
+        assert code == 2 and p in line and 'is not a readable checkpoint' in line, (name, line)
+
+
+@pytest.mark.parametrize('how', ['load_from', 'init_cfg', 'resume', 'teacher'])
+def test_train_tool_refuses_crafted_and_corrupt_checkpoints(how, evil, corrupt, tiny_digits,
+                                                            tmp_path, capsys):
+    path, marker = evil
+    work = str(tmp_path / 'work')
+
+    def argv(ckpt):
+        if how == 'teacher':
+            return [DYN_CFG, '--work-dir', work, '--cfg-options'] + _data_opts(tiny_digits) + [
+                f'model.teacher_checkpoint={ckpt}']
+        extra = {'load_from': [f'load_from={ckpt}'],
+                 'init_cfg': ['model.backbone.init_cfg.type=Pretrained',
+                              f'model.backbone.init_cfg.checkpoint={ckpt}',
+                              'model.backbone.init_cfg.prefix=backbone.'],
+                 'resume': []}[how]
+        resume = ['--resume', ckpt] if how == 'resume' else []
+        return [CLS_CFG, '--work-dir', work] + resume + ['--cfg-options'] + _data_opts(
+            tiny_digits) + extra
+
+    code, err = _main('tools/train.py', argv(path), capsys)
+    line = _assert_refused(code, err, path, marker)
+    if how == 'resume':
+        assert f"only from the run's work dir, {osp.realpath(work)}" in line
+    if how in ('resume', 'init_cfg'):
+        code, err = _main('tools/train.py', argv(corrupt['truncated']), capsys)
+        line = _one_error_line(err)
+        assert code == 2 and 'truncated.pth is not a readable checkpoint' in line
+
+
+def test_export_convert_and_analysis_tools_refuse_a_crafted_checkpoint(evil, corrupt,
+                                                                         tiny_digits, tmp_path,
+                                                                         capsys):
+    path, marker = evil
+    supernet = str(tmp_path / 'supernet.py')
+    with open(supernet, 'w') as f:
+        f.write(SUPERNET_CFG)
+    images = osp.join(tiny_digits, 'cls')
+    out = str(tmp_path / 'out')
+    calls = {
+        'tools/export_subnet.py': [supernet, path, '--out', out],
+        'tools/ofb_export.py': [OFB_CFG, path, '--out', out, '--cfg-options',
+                                'model.backbone.img_size=32'],
+        'tools/convert/timm_to_mmdcs.py': ['vit', 'deit-tiny', path, str(tmp_path / 'c.pth')],
+        'tools/analysis/attention.py': ['--model', CLS_CFG, path, '--random', '2',
+                                        '--out-dir', out],
+        'tools/analysis/ib_kc_report.py': [CLS_CFG, path],
+        'tools/analysis/vis_cam.py': ['--model', CLS_CFG, path, '--images', images,
+                                      '--num-images', '1', '--out', osp.join(out, 'c.png')],
+    }
+    for tool, args in calls.items():
+        code, err = _main(tool, args, capsys)
+        _assert_refused(code, err, path, marker)
+    assert not osp.exists(out) or not os.listdir(out)
+    assert not osp.exists(str(tmp_path / 'c.pth'))
+    for name, p in corrupt.items():
+        code, err = _main('tools/export_subnet.py', [supernet, p, '--out', out], capsys)
+        line = _one_error_line(err)
+        assert code == 2 and f'{p} is not a readable checkpoint' in line, (name, line)
+
+
+# ----------------------------------------------------------------------------- what mmdcs writes
+@pytest.mark.xdist_group('train')
+def test_training_checkpoints_load_and_resume_through_the_safe_path(tiny_digits, tmp_path,
+                                                                   capsys):
+    """tools/train.py's checkpoint (weights, optimizer, schedulers, message hub) is plain data
+    for the weights-only loader: it loads untrusted, and a copy outside the work dir resumes
+    without --trust-checkpoint."""
+    work = str(tmp_path / 'work')
+    train = _tool('tools/train.py')
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        train.main([CLS_CFG, '--work-dir', work, '--cfg-options'] + _data_opts(tiny_digits))
+        ckpt = load_checkpoint_file(osp.join(work, 'epoch_1.pth'))
+        assert {'state_dict', 'optimizer', 'message_hub', 'meta'} <= set(ckpt)
+        assert ckpt['message_hub']['log_scalars']
+        elsewhere = str(tmp_path / 'shared' / 'epoch_1.pth')
+        os.makedirs(osp.dirname(elsewhere))
+        shutil.copy(osp.join(work, 'epoch_1.pth'), elsewhere)
+        train.main([CLS_CFG, '--work-dir', str(tmp_path / 'work2'), '--resume', elsewhere,
+                    '--cfg-options'] + _data_opts(tiny_digits, epochs=2))
+    finally:
+        os.chdir(cwd)
+    assert 'resumed epoch: 1' in capsys.readouterr().out
+    assert osp.isfile(str(tmp_path / 'work2' / 'epoch_2.pth'))
+
+
+def test_exported_and_converted_weights_load_through_the_safe_path(tmp_path, capsys):
+    """export_subnet.py / ofb_export.py (pth and --format safetensors) and the converter write
+    files the weights-only loader reads; a pruned safetensors file initialises a backbone."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+
+    from mmdcs.registry import MODELS
+    supernet = str(tmp_path / 'supernet.py')
+    with open(supernet, 'w') as f:
+        f.write(SUPERNET_CFG)
+    cfg = Config.fromfile(supernet)
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        import mmpretrain.utils
+        mmpretrain.utils.register_all_modules(init_default_scope=False)
+        torch.manual_seed(0)
+        model = MODELS.build(cfg.model)
+    ckpt = str(tmp_path / 'supernet.pth')
+    torch.save({'state_dict': model.state_dict(),
+                'meta': {'dataset_meta': {'classes': ('a', 'b')}, 'seed': np.int64(1)}}, ckpt)
+    export = _tool('tools/export_subnet.py')
+    for fmt in ('pth', 'safetensors'):
+        res = export.export(export.parse_args([supernet, ckpt, '--out', str(tmp_path / fmt),
+                                               '--format', fmt, '--no-verify']))
+        assert res['checkpoint'].endswith(f'pruned.{fmt}')
+        loaded = load_checkpoint_file(res['checkpoint'])
+        assert loaded['meta']['dataset_meta']['classes'] in (('a', 'b'), ['a', 'b'])
+        assert loaded['meta']['subnet'] == res['spec'].to_dict()
+    st = load_checkpoint_file(str(tmp_path / 'safetensors' / 'pruned.safetensors'))
+    pt = load_checkpoint_file(str(tmp_path / 'pth' / 'pruned.pth'))
+    assert st['state_dict'].keys() == pt['state_dict'].keys()
+    assert all(torch.equal(st['state_dict'][k], v) for k, v in pt['state_dict'].items())
+    assert 'pruned.safetensors' in capsys.readouterr().out
+
+    ofb = _tool('tools/ofb_export.py')
+    ofb_cfg = Config.fromfile(osp.join(ROOT, OFB_CFG))
+    ofb_cfg.model.backbone.img_size = 32
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        search = MODELS.build(ofb_cfg.model)
+    search_ckpt = str(tmp_path / 'search.pth')
+    torch.save({'state_dict': search.state_dict(), 'meta': {}}, search_ckpt)
+    res = ofb.export(ofb.parse_args([osp.join(ROOT, OFB_CFG), search_ckpt, '--out',
+                                     str(tmp_path / 'ofb'), '--format', 'safetensors',
+                                     '--cfg-options', 'model.backbone.img_size=32']))
+    assert res['ok'] and res['checkpoint'].endswith('compact.safetensors')
+    assert load_checkpoint_file(res['checkpoint'])['meta']['ofb_arch'] == res['arch']
+
+    convert = _tool('tools/convert/timm_to_mmdcs.py')
+    for dst in ('conv.pth', 'conv.safetensors'):
+        convert.main(['vit', 'deit-tiny', '--random-init', str(tmp_path / dst)])
+        out = load_checkpoint_file(str(tmp_path / dst))
+        assert out['meta']['arch'] == 'deit-tiny' and 'backbone.cls_token' in out['state_dict']
