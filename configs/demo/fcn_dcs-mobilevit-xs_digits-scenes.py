@@ -14,6 +14,7 @@
 _base_ = [
     'mmseg::_base_/default_runtime.py',
     '../_base_/datasets/digits_scenes_seg.py',
+    '../_base_/schedules/demo_scenes_300it.py',
 ]
 default_scope = 'mmseg'
 
@@ -65,26 +66,5 @@ model = dict(
     train_cfg=dict(),
     test_cfg=dict(mode='whole'))
 
-# AdamW, short warm-up, cosine to ~0 (8 scenes per iteration: 300 iterations = 12 epochs)
-max_iters = 300
-train_cfg = dict(type='IterBasedTrainLoop', max_iters=max_iters, val_interval=max_iters)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=3e-3, betas=(0.9, 0.999), weight_decay=0.01),
-    clip_grad=dict(max_norm=10.0))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=20),
-    dict(type='CosineAnnealingLR', by_epoch=False, begin=0, T_max=max_iters, end=max_iters,
-         eta_min=1e-5),
-]
-default_hooks = dict(
-    timer=dict(type='IterTimerHook'),
-    logger=dict(type='LoggerHook', interval=10, log_metric_by_epoch=False),
-    param_scheduler=dict(type='ParamSchedulerHook'),
-    checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=max_iters, max_keep_ckpts=1),
-    sampler_seed=dict(type='DistSamplerSeedHook'),
-    visualization=dict(type='SegVisualizationHook'))
+# schedule and hooks: configs/_base_/schedules/demo_scenes_300it.py
 env_cfg = dict(cudnn_benchmark=False)
-randomness = dict(seed=0)

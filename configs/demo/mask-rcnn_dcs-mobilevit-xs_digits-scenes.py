@@ -16,6 +16,7 @@ _base_ = [
     'mmdet::_base_/models/mask-rcnn_r50_fpn.py',
     'mmdet::_base_/default_runtime.py',
     '../_base_/datasets/digits_scenes_det.py',
+    '../_base_/schedules/demo_scenes_12e.py',
 ]
 default_scope = 'mmdet'
 
@@ -73,24 +74,9 @@ test_dataloader = val_dataloader
 val_evaluator = dict(metric=['bbox', 'segm'])
 test_evaluator = val_evaluator
 
-# AdamW, short warm-up, cosine to ~0 over the epochs (one epoch = 25 iterations of 8 scenes)
-max_epochs = 12
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs, val_interval=max_epochs)
-val_cfg = dict(type='ValLoop')
-test_cfg = dict(type='TestLoop')
-optim_wrapper = dict(
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=3e-3, betas=(0.9, 0.999), weight_decay=0.01),
-    clip_grad=dict(max_norm=10.0))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=0.1, by_epoch=False, begin=0, end=20),
-    dict(type='CosineAnnealingLR', by_epoch=True, begin=0, T_max=max_epochs, end=max_epochs,
-         eta_min=1e-5, convert_to_iter_based=True),
-]
+# schedule: configs/_base_/schedules/demo_scenes_12e.py; one checkpoint, at the end
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
-    checkpoint=dict(type='CheckpointHook', interval=max_epochs, max_keep_ckpts=1))
+    checkpoint=dict(type='CheckpointHook', interval={{_base_.max_epochs}}, max_keep_ckpts=1))
 custom_hooks = [dict(type='NumClassCheckHook')]
 env_cfg = dict(cudnn_benchmark=False)
-randomness = dict(seed=0)
-auto_scale_lr = dict(base_batch_size=8)

@@ -1,12 +1,12 @@
 """Reports on mmdcs models: parameters and FLOPs (:mod:`.complexity`), latency of pruned vs
-baseline (:mod:`.latency`), attention entropy/rank and Grad-CAM (:mod:`.attention`), IB and
-kernel-complexity reports (:mod:`.reports`), log plots (:mod:`.plots`).
+baseline (:mod:`.latency`), attention entropy/rank (:mod:`.attention`), Grad-CAM
+(:mod:`.gradcam`), IB and kernel-complexity reports (:mod:`.reports`), log plots (:mod:`.plots`).
 Loading a config's classifier, images and dataset batches for them is the tools' layer
 (:mod:`mmdcs.apis.loading`)."""
-from .attention import (DEFAULT_CAM_LAYERS, AttentionNotSupported, AttentionStats,
-                        attention_modules, collect_attention, entropy_table, grad_cam,
-                        masked_rank_bound, plot_attention_maps, plot_cams,
+from .attention import (AttentionNotSupported, AttentionStats, attention_modules,
+                        collect_attention, entropy_table, masked_rank_bound, plot_attention_maps,
                         plot_entropy_histograms, qk_ranks, rank_table, row_entropy)
+from .gradcam import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
 from .complexity import (PAPER_NUMBERS, PAPER_VARIANT, TABLE_MODELS, backbone_class,
                          build_classifier, complexity_table, count_flops, count_params,
                          flop_analysis, format_table, nominal_input_size, random_subnet,

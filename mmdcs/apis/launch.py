@@ -16,7 +16,6 @@ from typing import Iterator, List, Optional, Tuple
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
 from mmdcs.utils import register_all_modules
-from mmdcs.utils.compat import patch_mmdet_ssd_head
 
 #: default_scope -> (python package, pip requirement) of the task
 TASK_PACKAGES = {
@@ -67,8 +66,6 @@ def prepare_task(cfg) -> str:
                         f"`pip install {requirement}` or run `make setup`.") from e
     module.register_all_modules(init_default_scope=False)
     register_all_modules(init_default_scope=False)
-    if scope == 'mmdet':
-        patch_mmdet_ssd_head(import_if_needed=True)
     return scope
 
 

@@ -8,7 +8,7 @@ from mmengine import DefaultScope
 import mmdcs.registry  # noqa: F401  (the registries, and the compatibility patches they apply)
 
 #: the sub-packages whose modules register themselves into :mod:`mmdcs.registry`
-MMDCS_MODULES = ('mmdcs.models', 'mmdcs.engine', 'mmdcs.datasets')
+MMDCS_MODULES = ('mmdcs.models', 'mmdcs.engine')
 
 
 def register_all_modules(init_default_scope: bool = True) -> None:

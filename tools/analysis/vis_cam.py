@@ -6,7 +6,7 @@ row per model with its Grad-CAM heat map (predicted class and probability in the
         [--target-layer backbone.stages.-1] [--target-class C] [--size S]
         [--out work_dirs/cam/grad_cam.png]
 
-Grad-CAM (Selvaraju et al. 2017) is computed here (mmdcs.analysis.attention.grad_cam: hooks on
+Grad-CAM (Selvaraju et al. 2017) is computed here (mmdcs.analysis.gradcam.grad_cam: hooks on
 the target layer's activations and gradients, cam = ReLU(Σ_k w_k A_k), w_k the mean gradient
 of channel k; no `grad-cam` package needed). Default target layer, the last stage of each
 family: ViT `backbone.blocks.-1.norm1` (the tokens that feed the last attention; class token
@@ -54,7 +54,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
-        from mmdcs.analysis.attention import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
+        from mmdcs.analysis.gradcam import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
         from mmdcs.apis.loading import list_images, load_classifier, load_images
         paths = []
         try:

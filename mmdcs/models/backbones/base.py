@@ -38,7 +38,6 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
-from mmdcs.utils.compat import patch_mmdet_ssd_head
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, SubnetError, SubnetSpec,
                              apply_subnet_, export_subnet, prunable_modules, selector_layout)
 
@@ -95,10 +94,6 @@ class SelectableBackbone(BaseModule):
                  subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        # mmdet 3.3's SSDHead cannot predict without this (see mmdcs.utils.compat); applied here
-        # too because a detector with an mmdcs backbone may be built after mmdcs.registry was
-        # first imported, when mmdet was not loaded yet
-        patch_mmdet_ssd_head()
         name = type(self).__name__
         check_choice('arch', arch, list(self.arch_zoo), name)
         self.subnet_spec: Optional[SubnetSpec] = None

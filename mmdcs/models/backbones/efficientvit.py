@@ -30,7 +30,8 @@ Outputs (``out_indices``): 0 the stem (stride 2), 1-4 the stages (strides 4, 8, 
 ``features_only`` indices 0-3), 5 the ``head_in_conv`` feature (stride 32, head_widths[0]
 channels; built only when asked for). The default ``(5, )`` is the classification setting: with
 mmpretrain's ``GlobalAveragePooling`` and :class:`EfficientViTClsHead` (timm's ``head.classifier``:
-Linear, LayerNorm, Hardswish, Dropout, Linear) it is timm's model exactly.
+Linear, LayerNorm, Hardswish, Dropout, Linear; :mod:`mmdcs.models.heads.efficientvit_head`) it is
+timm's model exactly.
 """
 import re
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
@@ -44,7 +45,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
 from mmdcs.selection.mlp import zero_positions
-from mmdcs.utils.scope import build_model_part
+from ..heads.efficientvit_head import EfficientViTClsHead  # noqa: F401  (importable here too)
 from .base import SelectableBackbone, normalize_out_indices
 
 __all__ = ['EfficientViT', 'LiteMLA', 'TIMM_MODELS', 'convert_timm']
@@ -426,57 +427,6 @@ class EfficientViT(SelectableBackbone):
             state_dict = {k: v for k, v in state_dict.items()
                           if not k.startswith('head_in_conv.')}
         return super().load_converted(state_dict, strict)
-
-
-# ----------------------------------------------------------------------------- classifier head
-try:
-    from mmpretrain.models.heads import ClsHead as _ClsHead
-except ImportError:  # pragma: no cover - the backbone works without mmpretrain
-    _ClsHead = None
-
-if _ClsHead is not None:
-
-    @MODELS.register_module()
-    class EfficientViTClsHead(_ClsHead):
-        """timm's EfficientViT classifier MLP on the pooled ``head_in_conv`` feature:
-        Linear(in, mid, no bias), LayerNorm, Hardswish, Dropout, Linear(mid, classes).
-
-        Parameter names are timm's (``classifier.0`` … ``classifier.4``). ``pre_logits`` is the
-        ``mid_channels`` vector after the activation.
-        """
-
-        def __init__(self, num_classes: int, in_channels: int, mid_channels: int,
-                     dropout_rate: float = 0., norm_eps: float = 1e-5, **kwargs):
-            loss = kwargs.pop('loss', dict(type='CrossEntropyLoss', loss_weight=1.0))
-            super().__init__(loss=build_model_part(loss), **kwargs)
-            if num_classes <= 0:
-                raise ValueError(f'num_classes={num_classes} must be a positive integer')
-            self.num_classes = num_classes
-            self.in_channels = in_channels
-            self.mid_channels = mid_channels
-            self.classifier = nn.Sequential(
-                nn.Linear(in_channels, mid_channels, bias=False),
-                nn.LayerNorm(mid_channels, eps=norm_eps),
-                nn.Hardswish(),
-                nn.Dropout(dropout_rate),
-                nn.Linear(mid_channels, num_classes),
-            )
-
-        @property
-        def fc(self) -> nn.Linear:
-            """The last (class) layer."""
-            return self.classifier[4]
-
-        def pre_logits(self, feats: Tuple[Tensor]) -> Tensor:
-            x = feats[-1]
-            for layer in self.classifier[:4]:
-                x = layer(x)
-            return x
-
-        def forward(self, feats: Tuple[Tensor]) -> Tensor:
-            return self.fc(self.pre_logits(feats))
-
-    __all__.append('EfficientViTClsHead')
 
 
 # ----------------------------------------------------------------------------- timm conversion
