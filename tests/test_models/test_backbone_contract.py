@@ -52,6 +52,29 @@ def test_every_family_has_a_case():
     assert not stale, f'CASES entries of no registered family: {stale}'
 
 
+def test_a_new_family_is_found_and_fails_without_a_case():
+    """A SelectableBackbone subclass with a family and an arch zoo joins the suite by itself,
+    and its tests fail (naming the table to fill) until it has a case."""
+    import gc
+
+    from mmdcs.models.backbones import SelectableBackbone
+
+    class NewFamilyBackbone(SelectableBackbone):
+        family = 'new-family-under-test'
+        arch_zoo = {'tiny': {}}
+
+    try:
+        assert families()['new-family-under-test'] is NewFamilyBackbone
+        with pytest.raises(pytest.fail.Exception,
+                           match=r"'new-family-under-test' \(NewFamilyBackbone\) has no entry "
+                           r'in tests/_backbones.py CASES'):
+            case('new-family-under-test')
+    finally:
+        del NewFamilyBackbone
+        gc.collect()
+    assert 'new-family-under-test' not in families()
+
+
 # ----------------------------------------------------------------------------- timm equivalence
 @pytest.mark.parametrize('family, arch', TIMM_ARCHS, ids=_ids(TIMM_ARCHS))
 def test_converted_timm_weights_give_timm_logits(family, arch):
