@@ -14,8 +14,9 @@ uses the test pipeline, no augmentation): the pre-logit features X̃
 average, L2-normalised) and the labels Y give
 
 * IB(W) = I(X̃;X) − I(X̃;Y) exactly, with C = classes centroids from seeded k-means on this set,
-  the bound IBB (optimal Q of eq. 7) with its constant term, the Lemma D.1 slack, and whether
-  IB ≤ IBB (Theorem 3.1, which can fail) and IB ≤ IBB + slack (always);
+  the paper's IBB (eq. 2, optimal Q of eq. 7) with its constant term, the corrected Theorem 3.1
+  bound IBB + (1/n)Σ_i H(φ(X_i,·)) ≤ IBB + log C (always ≥ IB), the Lemma D.1 slack, and whether
+  IB ≤ IBB (Theorem 3.1 as printed, which can fail) and the corrected bounds hold;
 * S = X̃ᵀX̃/n: TNN ‖K‖_r (r = ⌈γ·min(n, d)⌉), KC(K), and the KCR lower/upper bounds from the
   residual of t gradient-descent steps of step η on the last linear layer (default
   η = 1/λ̂_1, t = 100).
