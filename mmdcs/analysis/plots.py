@@ -3,7 +3,8 @@ one JSON object per line; ``<timestamp>.json`` has the same lines), for one or s
 
 * **IB** (seed 000, Fig. 8): the exact IB(W) of each epoch (``ib_ib``, logged by
   ``RegularizerHook`` at epoch end), the IBB of the training batches (``ibb``, eq. 2, averaged
-  over the epoch) and the corrected Theorem 3.1 bound IBB + (1/B)Σ_i H(φ(X_i,·)) (``ib_bound``), I(X̃;X) and I(X̃;Y) (``ib_i_feat_input``, ``ib_i_feat_label``);
+  over the epoch) and the corrected Theorem 3.1 bound IBB + (1/B)Σ_i H(φ(X_i,·)) (``ib_bound``),
+  I(X̃;X) and I(X̃;Y) (``ib_i_feat_input``, ``ib_i_feat_label``);
 * **KC** (seed 001, Fig. 1): TNN (``kcr_tnn``), KC (``kcr_kc``), the trace of K_n
   (``kcr_trace``) and the KCR loss term (``loss_kcr``);
 * **training**: loss, the IB/KCR loss terms, validation top-1/top-5, the search's cost term.
