@@ -7,15 +7,17 @@ mmengine's ``Runner``; what differs is which package registers the config's unpr
 """
 import difflib
 import importlib
+import inspect
 import os
 import os.path as osp
+import re
 import sys
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
-from mmdcs.utils import register_all_modules
+from mmdcs.utils import ConfigError, register_all_modules
 from mmdcs.utils.compat import patch_mmdet_ssd_head
 
 #: default_scope -> (python package, pip requirement) of the task
@@ -29,6 +31,11 @@ TASK_PACKAGES = {
 
 class UserError(Exception):
     """A problem with the user's input (config, paths, arguments): reported in one message."""
+
+
+#: the config the tool loaded last (:func:`load_config`): where :func:`user_errors` looks up
+#: the key of a part of the config whose construction failed
+_LOADED_CONFIG: List[Any] = [None]
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None):
@@ -49,6 +56,7 @@ def load_config(path: str, cfg_options: Optional[dict] = None):
     cfg = Config.fromfile(path)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    _LOADED_CONFIG[0] = cfg
     return cfg
 
 
@@ -199,24 +207,177 @@ def _registry_hint(message: str) -> str:
 
 def input_file_errors() -> tuple:
     """The exception types of mmdcs's own input files: a subnet description that cannot be
-    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``)."""
-    return (SubnetError, ArchFileError)
+    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``), and
+    a config value found not to work when training starts (``ConfigError``: e.g. ``t_warm`` ≥
+    ``max_epochs``)."""
+    return (SubnetError, ArchFileError, ConfigError)
+
+
+# ----------------------------------------------------------------------------- build errors
+#: the exceptions a constructor raises for a bad argument value (checked where the value is
+#: used: the backbone, the gate, the hook, ...): turned into one line naming the config key
+#: when they are raised while mmengine builds a part of the config
+CONSTRUCTION_ERRORS = (ValueError, TypeError, AssertionError)
+
+
+def _is_build_frame(frame) -> bool:
+    code = frame.f_code
+    return code.co_name == 'build_from_cfg' and 'mmengine' in code.co_filename
+
+
+def _traceback_frames(exc: BaseException) -> List[Any]:
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _root_config(frames) -> Any:
+    """The whole config the failing build belongs to: the runner's (``Runner.cfg``, or the
+    ``cfg`` of ``Runner.from_cfg``), else the one :func:`load_config` loaded."""
+    def as_dict(cfg):  # mmengine's Config wraps a ConfigDict
+        cfg = getattr(cfg, '_cfg_dict', cfg)
+        return cfg if isinstance(cfg, dict) else None
+
+    for frame in frames:
+        owner = frame.f_locals.get('self', None)
+        runner = any(c.__name__ in ('Runner', 'FlexibleRunner') for c in type(owner).__mro__)
+        if runner and as_dict(getattr(owner, 'cfg', None)) is not None:
+            return as_dict(owner.cfg)
+        if frame.f_code.co_name == 'from_cfg' and as_dict(frame.f_locals.get('cfg')) is not None:
+            return as_dict(frame.f_locals['cfg'])
+    return as_dict(_LOADED_CONFIG[0])
+
+
+def _find_path(container, target) -> Optional[str]:
+    """The dotted key of ``target`` (a dict) inside ``container`` (dicts and lists): by
+    equality first, then by its ``type``."""
+    def walk(node, path, match):
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, (list, tuple)) else ()
+        for k, v in items:
+            sub = f'{path}.{k}' if path else str(k)
+            if isinstance(v, dict) and match(v):
+                return sub
+            if isinstance(v, (dict, list, tuple)):
+                found = walk(v, sub, match)
+                if found is not None:
+                    return found
+        return None
+
+    if not isinstance(container, (dict, list, tuple)):
+        return None
+    found = walk(container, '', lambda v: v == target)
+    kind = target.get('type', None) if isinstance(target, dict) else None
+    if found is None and kind is not None:
+        found = walk(container, '', lambda v: v.get('type', None) == kind)
+    return found
+
+
+def _leaf_keys(cfg, prefix: str = '') -> List[str]:
+    keys = []
+    for k, v in cfg.items():
+        if not isinstance(k, str) or k in ('type', '_scope_'):
+            continue
+        keys.append(prefix + k)
+        if isinstance(v, dict) and 'type' not in v:
+            keys += _leaf_keys(v, f'{prefix}{k}.')
+    return keys
+
+
+def _argument_named(message: str, cfg: dict, obj_cls) -> Optional[str]:
+    """The argument of ``cfg`` (a config key, or a parameter of the class being built) that
+    the error message names: a dotted key written out in full wins, else the one named
+    first."""
+    candidates = set(_leaf_keys(cfg))
+    try:
+        candidates |= {name for name, p in inspect.signature(obj_cls).parameters.items()
+                       if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    except (TypeError, ValueError):
+        pass
+    best = None
+    for key in candidates:
+        full = re.search(rf'(?<![\w.]){re.escape(key)}(?![\w])', message)
+        last = key.rsplit('.', 1)[-1]
+        hit = full or re.search(rf'(?<![\w.]){re.escape(last)}(?![\w])', message)
+        if hit is None:
+            continue
+        rank = (0 if full and '.' in key else 1, hit.start(), -len(key))
+        if best is None or rank < best[0]:
+            best = (rank, key)
+    return None if best is None else best[1]
+
+
+def _lookup(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split('.'):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def config_origin(exc: BaseException) -> Optional[str]:
+    """Where in the config an error raised while mmengine built a part of it comes from:
+    ``'model.backbone.tau = -1.0'``, ``'custom_hooks.0.start = 0'``, ``'model.backbone
+    (mmdcs.Swin)'``; None when it was not raised inside a registry build."""
+    frames = _traceback_frames(exc)
+    builds = [f for f in frames if _is_build_frame(f)]
+    if not builds:
+        return None
+    root = _root_config(frames)
+    path, outer = None, root
+    for frame in builds:
+        cfg = frame.f_locals.get('cfg', None)
+        if not isinstance(cfg, dict):
+            continue
+        sub = _find_path(outer, cfg) if outer is not None else None
+        if sub is None and path is None:
+            sub = str(cfg.get('type', '?'))
+        if sub is not None:
+            path = sub if path is None else f'{path}.{sub}'
+        outer = cfg
+    inner = builds[-1].f_locals
+    cfg, obj_cls = inner.get('cfg', None), inner.get('obj_cls', None)
+    if not isinstance(cfg, dict):
+        return path
+    arg = _argument_named(str(exc), cfg, obj_cls)
+    if arg is None:
+        kind = cfg.get('type', None)
+        return f'{path} (type={kind!r})' if isinstance(kind, str) else path
+    value = _lookup(cfg, arg)
+    where = f'{path}.{arg}'
+    return where if value is None or isinstance(value, dict) else f'{where} = {value!r}'
+
+
+def _one_line(exc: BaseException) -> str:
+    text = ' '.join(str(exc).split())
+    return text or f'{type(exc).__name__} (invalid value)'
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn input errors into one clear line on stderr and exit code 2 (no traceback): a
     :class:`UserError`, a bad subnet or arch file (:func:`input_file_errors`, also when met
-    while the runner builds the model), a missing file, an unknown registry type."""
+    while the runner builds the model), a value a constructor refuses while mmengine builds
+    the config (:func:`config_origin` names the config key: ``model.backbone.tau``,
+    ``model.cost.weight``, a hook's ``start``, an unknown ``arch`` ...), a missing file, an
+    unknown registry type. ``MMDCS_TRACEBACK=1`` re-raises instead (for debugging)."""
     try:
         yield
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    except ValueError as e:
-        if not isinstance(e, input_file_errors()):
+    except CONSTRUCTION_ERRORS as e:
+        if isinstance(e, input_file_errors()):
+            print(f'error: {e}', file=sys.stderr)
+            sys.exit(2)
+        where = config_origin(e)
+        if where is None or os.environ.get('MMDCS_TRACEBACK', '') not in ('', '0'):
             raise
-        print(f'error: {e}', file=sys.stderr)
+        print(f'error: {where}: {_one_line(e)}', file=sys.stderr)
         sys.exit(2)
     except FileNotFoundError as e:
         # a file the config or the command line names (a checkpoint, an arch/subnet file, a
