@@ -24,7 +24,6 @@ average, L2-normalised) and the labels Y give
 CHECKPOINT may be `none` (random weights, for a smoke test).
 """
 import argparse
-import json
 import os.path as osp
 import sys
 import time
@@ -37,6 +36,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_json, write_text
 
 
 def parse_args(argv=None):
@@ -61,6 +61,7 @@ def parse_args(argv=None):
     p.add_argument('--out', help='write the markdown table here')
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
+    add_force_argument(p)
     args = p.parse_args(argv)
     if len(args.models) % 2:
         p.error('give CONFIG CHECKPOINT pairs (an even number of arguments)')
@@ -77,6 +78,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        refuse_overwrite([args.out, args.json], args.force)
         from mmdcs.analysis.reports import (classifier_report, dataset_batches, format_report,
                                             load_classifier)
         pairs = [(args.models[i], args.models[i + 1]) for i in range(0, len(args.models), 2)]
@@ -106,11 +108,9 @@ def main(argv=None):
         text = format_report(reports)
         print('\n' + text)
         if args.out:
-            with open(args.out, 'w') as f:
-                f.write(text + '\n')
+            write_text(args.out, text + '\n')
         if args.json:
-            with open(args.json, 'w') as f:
-                json.dump(reports, f, indent=1)
+            write_json(args.json, reports)
         return reports
 
 

@@ -16,7 +16,6 @@ dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`, MobileVi
 CHECKPOINT may be `none` (random weights).
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
@@ -28,6 +27,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
 
 
 def parse_args(argv=None):
@@ -45,6 +45,7 @@ def parse_args(argv=None):
     p.add_argument('--out', default='work_dirs/cam/grad_cam.png', help='output PNG')
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
+    add_force_argument(p)
     args = p.parse_args(argv)
     if args.names and len(args.names) != len(args.model):
         p.error(f'--names: {len(args.names)} names for {len(args.model)} models')
@@ -54,6 +55,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        refuse_overwrite([args.out], args.force)
         from mmdcs.analysis.attention import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
         from mmdcs.analysis.reports import list_images, load_classifier, load_images
         paths = []
@@ -89,8 +91,9 @@ def main(argv=None):
                 class_names = meta.get('classes') or ds.get('classes')
             preds = ', '.join(str(int(c)) for c in cams[name][1])
             print(f'{name}: target layer {layer}; predicted classes: {preds}', flush=True)
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        out = plot_cams(shows, cams, args.out, class_names)
+        with atomic_outputs(args.out) as (tmp, ):
+            plot_cams(shows, cams, tmp, class_names)
+        out = args.out
         print(f'Grad-CAM figure: {out}')
         return cams
 

@@ -1,6 +1,6 @@
 """Convert a timm checkpoint (or the official Swin layout) into an mmdcs classifier checkpoint.
 
-    python tools/convert/timm_to_mmdcs.py FAMILY ARCH SRC DST [--layout timm|official]
+    python tools/convert/timm_to_mmdcs.py FAMILY ARCH SRC DST [--layout timm|official] [--force]
     python tools/convert/timm_to_mmdcs.py vit vit-s16 vit_small_patch16_224.pth vit-s16_in1k.pth
     python tools/convert/timm_to_mmdcs.py swin swin-t --random-init swin-t_random.pth
 
@@ -24,12 +24,15 @@ except ImportError:
 
 import torch
 
+from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
+
 FAMILIES = ('vit', 'swin', 'mobilevit', 'efficientvit')
 
 
 def load_state_dict(path):
     if not osp.isfile(path):
-        sys.exit(f'error: source checkpoint not found: {path}')
+        raise UserError(f'source checkpoint not found: {path}')
     if path.endswith('.safetensors'):
         from safetensors.torch import load_file
         return load_file(path)
@@ -51,13 +54,19 @@ def main(argv=None):
                         help="source layout; 'official' = Microsoft's Swin checkpoints")
     parser.add_argument('--random-init', action='store_true',
                         help='convert a randomly initialised timm model (no SRC)')
+    add_force_argument(parser)
     args = parser.parse_args(argv)
+    with user_errors():
+        convert(args)
 
+
+def convert(args) -> None:
+    refuse_overwrite([args.dst], args.force)
     module = importlib.import_module(f'mmdcs.models.backbones.{args.family}')
     timm_names = module.TIMM_MODELS
     if args.arch not in timm_names:
-        sys.exit(f'error: unknown arch {args.arch!r} for {args.family}; valid: '
-                 f'{", ".join(timm_names)}')
+        raise UserError(f'unknown arch {args.arch!r} for {args.family}; valid: '
+                        f'{", ".join(timm_names)}')
     if args.random_init:
         import timm
         torch.manual_seed(0)
@@ -65,17 +74,19 @@ def main(argv=None):
         source = f'timm:{timm_names[args.arch]} (random init)'
     else:
         if args.src is None:
-            sys.exit('error: give SRC or --random-init')
+            raise UserError('give SRC or --random-init')
         state = load_state_dict(args.src)
         source = args.src
-    if args.layout == 'official':
-        if not hasattr(module, 'convert_official_swin'):
-            sys.exit(f'error: --layout official is for swin, not {args.family}')
-        converted = module.convert_official_swin(state, args.arch)
-    else:
-        converted = module.convert_timm(state, args.arch)
-    torch.save({'state_dict': converted,
-                'meta': dict(source=source, family=args.family, arch=args.arch)}, args.dst)
+    if args.layout == 'official' and not hasattr(module, 'convert_official_swin'):
+        raise UserError(f'--layout official is for swin, not {args.family}')
+    try:
+        converted = module.convert_official_swin(state, args.arch) \
+            if args.layout == 'official' else module.convert_timm(state, args.arch)
+    except (ValueError, KeyError) as e:  # the weights are not of this family / arch
+        raise UserError(f'{source}: {e.args[0] if e.args else e}') from e
+    with atomic_outputs(args.dst) as (tmp, ):
+        torch.save({'state_dict': converted,
+                    'meta': dict(source=source, family=args.family, arch=args.arch)}, tmp)
     n = sum(v.numel() for k, v in converted.items() if v.is_floating_point())
     print(f'wrote {args.dst}: {len(converted)} tensors, {n / 1e6:.2f} M values, from {source}')
 
