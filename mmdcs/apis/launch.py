@@ -99,16 +99,95 @@ def _data_hint(path: str) -> str:
             'at it with --cfg-options')
 
 
+#: file extensions counted as images by the pre-flight check (mmpretrain's IMG_EXTENSIONS and
+#: mmseg's usual suffixes)
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
+#: dataset types that read their classes from the sub-folders of the image folder when no
+#: ann_file is given (mmpretrain)
+FOLDER_DATASETS = ('CustomDataset', 'ImageNet', 'ImageNet21k')
+
+
+def _first_image(folder: str, suffixes: Tuple[str, ...], depth: int = 8) -> Optional[str]:
+    """The first image file under ``folder`` (recursively, stopping at the first), or None."""
+    base = folder.rstrip(os.sep).count(os.sep)
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        dirs.sort()
+        for f in sorted(files):
+            if f.lower().endswith(suffixes):
+                return osp.join(here, f)
+        if here.count(os.sep) - base >= depth:
+            dirs[:] = []
+    return None
+
+
+def _image_folders(ds: dict, root: Optional[str]) -> List[Tuple[str, str, Tuple[str, ...]]]:
+    """(config key, folder, suffixes) of the folders a dataset without ann_file scans for its
+    images (and segmentation maps)."""
+    prefix = ds.get('data_prefix', None)
+    join = (lambda p: p if (osp.isabs(p) or not root) else osp.join(root, p))
+    img_suffix = ds.get('img_suffix', None)
+    img_suffixes = (img_suffix.lower(), ) if isinstance(img_suffix, str) and img_suffix \
+        else IMAGE_EXTENSIONS
+    out = []
+    if isinstance(prefix, str) and prefix:
+        out.append(('data_prefix', join(prefix), img_suffixes))
+    elif isinstance(prefix, dict):
+        for name in ('img_path', 'img'):
+            if isinstance(prefix.get(name), str):
+                out.append((f'data_prefix.{name}', join(prefix[name]), img_suffixes))
+                break
+        seg = prefix.get('seg_map_path', None)
+        if isinstance(seg, str) and seg:
+            suffix = ds.get('seg_map_suffix', None)
+            out.append(('data_prefix.seg_map_path', join(seg),
+                        (suffix.lower(), ) if isinstance(suffix, str) and suffix else
+                        IMAGE_EXTENSIONS))
+    if not out and root:
+        out.append(('data_root', root, img_suffixes))
+    return out
+
+
+def _check_images(key: str, ds: dict, root: Optional[str]) -> List[str]:
+    """Problems of a dataset that lists its images by scanning folders (no ann_file): a
+    missing or empty image / segmentation-map folder, an mmpretrain folder dataset without
+    class sub-folders holding images."""
+    problems = []
+    kind = str(ds.get('type', '')).rpartition('.')[2]
+    for what, folder, suffixes in _image_folders(ds, root):
+        if not osp.isdir(folder):
+            problems.append(f'{key}.{what}: the folder {folder!r} does not exist; '
+                            f'{_data_hint(folder)}')
+            continue
+        if _first_image(folder, suffixes) is None:
+            problems.append(f'{key}.{what}: no images ({", ".join(suffixes)}) under {folder!r}; '
+                            f'{_data_hint(folder)}')
+            continue
+        if kind in FOLDER_DATASETS and what != 'data_prefix.seg_map_path' \
+                and ds.get('with_label', True):
+            classes = [d for d in sorted(os.listdir(folder)) if osp.isdir(osp.join(folder, d))]
+            if not any(_first_image(osp.join(folder, d), suffixes) for d in classes):
+                problems.append(f'{key}.{what}: {folder!r} has no class sub-folders with images '
+                                f'({kind} without ann_file reads one sub-folder per class); '
+                                f'{_data_hint(folder)}')
+    return problems
+
+
 def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
                                        'test_dataloader')) -> None:
     """Fail early, and clearly, when a dataset root, annotation file or image folder is
-    missing (instead of an error deep inside a dataset class)."""
+    missing or empty (instead of an error deep inside a dataset class or the first batch):
+    ``data_root`` must exist; an ``ann_file`` must exist and not be empty; a dataset without
+    ann_file (a folder-based classification set, an ADE-style segmentation set) must find
+    images in its image folder (``data_prefix``; for mmpretrain's folder datasets in class
+    sub-folders) and segmentation maps in ``data_prefix.seg_map_path``."""
     problems: List[str] = []
     for loader_key in dataloaders:
         loader = cfg.get(loader_key, None)
         if not isinstance(loader, dict):
             continue
         for key, ds in _iter_datasets(loader.get('dataset'), f'{loader_key}.dataset'):
+            if 'dataset' in ds or 'datasets' in ds:  # a wrapper: its datasets are checked
+                continue
             root = ds.get('data_root', None)
             if root and not osp.isdir(root):
                 problems.append(f'{key}.data_root = {root!r} does not exist; {_data_hint(root)}')
@@ -118,8 +197,12 @@ def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
                 path = ann if (osp.isabs(ann) or not root) else osp.join(root, ann)
                 if not osp.exists(path):
                     problems.append(f'{key}.ann_file: {path!r} does not exist; {_data_hint(path)}')
-    if problems:
-        raise UserError('missing data:\n  ' + '\n  '.join(dict.fromkeys(problems)))
+                elif osp.isfile(path) and osp.getsize(path) == 0:
+                    problems.append(f'{key}.ann_file: {path!r} is empty; {_data_hint(path)}')
+            elif ds.get('type', None) is not None:
+                problems += _check_images(key, ds, root)
+    if problems:  # one line, every problem
+        raise UserError('missing data: ' + ' | '.join(dict.fromkeys(problems)))
 
 
 def set_work_dir(cfg, config_path: str, work_dir: Optional[str]) -> None:
