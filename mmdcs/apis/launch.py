@@ -17,7 +17,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
-from mmdcs.utils import ConfigError, register_all_modules
+from mmdcs.utils import ConfigError, InputError, register_all_modules
 from mmdcs.utils.compat import patch_mmdet_ssd_head
 
 #: default_scope -> (python package, pip requirement) of the task
@@ -291,9 +291,9 @@ def _registry_hint(message: str) -> str:
 def input_file_errors() -> tuple:
     """The exception types of mmdcs's own input files: a subnet description that cannot be
     read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``), and
-    a config value found not to work when training starts (``ConfigError``: e.g. ``t_warm`` ≥
-    ``max_epochs``)."""
-    return (SubnetError, ArchFileError, ConfigError)
+    of input data a model cannot take (``InputError``: e.g. an image size), and a config value
+    found not to work when training starts (``ConfigError``: e.g. ``t_warm`` ≥ ``max_epochs``)."""
+    return (SubnetError, ArchFileError, InputError, ConfigError)
 
 
 # ----------------------------------------------------------------------------- build errors

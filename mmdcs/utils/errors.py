@@ -1,6 +1,12 @@
 """Exception types of bad input that the tools report as one line (``mmdcs.apis.launch``)."""
 
-__all__ = ['ConfigError']
+__all__ = ['InputError', 'ConfigError']
+
+
+class InputError(ValueError):
+    """Input data a model cannot take as given (e.g. an image size its patch embedding does
+    not divide): the message says what to change. ``mmdcs.apis.launch.user_errors`` prints it
+    as one line with exit code 2, wherever it is raised (model build, training, testing)."""
 
 
 class ConfigError(ValueError):
