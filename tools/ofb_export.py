@@ -112,14 +112,12 @@ def _compact(args, cfg, scope, model, backbone, arch, meta, ckpt, arch_tmp, ckpt
 def export(args) -> dict:
     import torch
 
-    import mmdcs
-    from mmdcs.analysis.complexity import count_flops, count_params
     from mmdcs.peers.ofb.arch import save_arch
     from mmdcs.peers.ofb.supernet import has_ofb_backbone
     from mmdcs.selection import file_sha256
     from mmdcs.apis.subnet_io import (build_model, complexity_lines, export_meta, human,
                                        load_model_checkpoint, load_task_config,
-                                       require_checkpoint, save_pruned_checkpoint, shape_arg)
+                                       require_checkpoint, shape_arg)
     arch_path = osp.join(args.out, 'arch.json')
     ckpt_path = osp.join(args.out, 'compact.pth')
     refuse_overwrite((arch_path, ckpt_path), getattr(args, 'force', False))
