@@ -146,7 +146,9 @@ class Demo:
         params, flops = self.complexity(retrain_cfg, opts)
         scalars = last_scalars(retrain_dir)
         if kind == 'dcs':
-            report = (f"IB {scalars['ib_ib']:.3f} (IBB {scalars.get('ibb', float('nan')):.3f})"
+            bound = scalars.get('ib_bound', float('nan'))  # IBB + mean input entropy
+            report = (f"IB {scalars['ib_ib']:.3f} (bound {bound:.3f}, "
+                      f"IBB {scalars.get('ibb', float('nan')):.3f})"
                       if 'ib_ib' in scalars else 'n/a')
         else:
             report = (f"KC {scalars['kcr_kc']:.4f}, TNN {scalars['kcr_tnn']:.3f}"

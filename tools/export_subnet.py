@@ -5,7 +5,7 @@ become ``DIR/pruned.pth`` (an mmengine checkpoint of plain data: weights and ``m
 
     python tools/export_subnet.py CONFIG CHECKPOINT --out DIR [--shape H W]
                                   [--multiple-of 8] [--cfg-options k=v ...] [--no-verify]
-                                  [--format pth|safetensors] [--trust-checkpoint]
+                                  [--format pth|safetensors] [--trust-checkpoint] [--force]
 
 CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
 supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
@@ -26,6 +26,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
 
 
 def parse_args(argv=None):
@@ -49,6 +50,7 @@ def parse_args(argv=None):
     parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
                         help='file format of the pruned weights (DIR/pruned.FORMAT)')
     add_trust_flag(parser)
+    add_force_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -75,6 +77,11 @@ def export(args) -> dict:
                                        usage_lines, with_subnet)
     shape = shape_arg(args.shape)
     set_checkpoint_trust(args)
+    if args.multiple_of < 1:
+        raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
+    subnet_path = osp.join(args.out, 'subnet.json')
+    ckpt_path = osp.join(args.out, f'pruned.{getattr(args, "format", "pth")}')
+    refuse_overwrite((subnet_path, ckpt_path), getattr(args, 'force', False))
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model = build_model(cfg.model, scope)
@@ -83,8 +90,6 @@ def export(args) -> dict:
     model.eval()
 
     sha = file_sha256(args.checkpoint)
-    if args.multiple_of < 1:
-        raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
     spec = backbone.export_subnet(multiple_of=args.multiple_of,
                                   **export_meta(args.config, args.checkpoint, sha))
     empty = [name for name, m in _prunable(backbone).items()
@@ -123,9 +128,6 @@ def export(args) -> dict:
         max_diff = max(float((a - b).abs().max()) for a, b in zip(ref, out))
 
     os.makedirs(args.out, exist_ok=True)
-    subnet_path = osp.join(args.out, 'subnet.json')
-    ckpt_path = osp.join(args.out, f'pruned.{getattr(args, "format", "pth")}')
-    spec.save(subnet_path)
     src_meta = ckpt.get('meta', None) or {}
     meta = dict(
         mmdcs_version=mmdcs.__version__, subnet=spec.to_dict(),
@@ -135,7 +137,10 @@ def export(args) -> dict:
         **{k: v for k, v in spec.meta.items()})
     if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
         meta['dataset_meta'] = src_meta['dataset_meta']
-    save_pruned_checkpoint(ckpt_path, state, meta)
+    # both files or neither, never a half-written one (temporary files renamed at the end)
+    with atomic_outputs(subnet_path, ckpt_path) as (subnet_tmp, ckpt_tmp):
+        spec.save(subnet_tmp)
+        save_pruned_checkpoint(ckpt_tmp, state, meta)
 
     # ------------------------------------------------------------------ report
     print(f'\nSubnet of {type(backbone).__name__}({spec.arch}, {spec.variant}) from '

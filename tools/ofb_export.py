@@ -4,7 +4,7 @@ widths, from which ``mmdcs.OFBViT`` / ``mmdcs.OFBSwin`` build a plain dense netw
 classifier; ``--format safetensors``: ``DIR/compact.safetensors``).
 
     python tools/ofb_export.py CONFIG CHECKPOINT --out DIR [--shape H W]
-                               [--cfg-options k=v ...] [--no-verify]
+                               [--cfg-options k=v ...] [--no-verify] [--force]
                                [--format pth|safetensors] [--trust-checkpoint]
 
 CONFIG is the search config, CHECKPOINT a checkpoint of it (any epoch: a checkpoint taken after
@@ -29,6 +29,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
 
 
 def parse_args(argv=None):
@@ -48,6 +49,7 @@ def parse_args(argv=None):
     parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
                         help='file format of the compact weights (DIR/compact.FORMAT)')
     add_trust_flag(parser)
+    add_force_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -69,55 +71,14 @@ def _logits(model, x):
     return out if torch.is_tensor(out) else out[-1]
 
 
-def export(args) -> dict:
-    import torch
-
+def _compact(args, cfg, scope, model, backbone, arch, meta, ckpt, arch_tmp, ckpt_tmp, x,
+             full_shape, ref_masked, ref_soft, fused):
+    """The compact network from the arch file alone with the fused weights, checked against
+    the masked supernet, saved to ``ckpt_tmp``; (compact, rows, diffs, ok)."""
     import mmdcs
     from mmdcs.analysis.complexity import count_flops, count_params
-    from mmdcs.peers.ofb.arch import save_arch
-    from mmdcs.peers.ofb.supernet import has_ofb_backbone
-    from mmdcs.selection import file_sha256
-    from mmdcs.apis.subnet_io import (build_model, complexity_lines, export_meta, human,
-                                       load_model_checkpoint, load_task_config,
-                                       require_checkpoint, save_pruned_checkpoint, shape_arg)
-    set_checkpoint_trust(args)
-    require_checkpoint(args.config, args.checkpoint)
-    cfg, scope = load_task_config(args.config, args.cfg_options)
-    model = build_model(cfg.model, scope)
-    if not has_ofb_backbone(model) or not hasattr(model, 'finalize'):
-        raise UserError(f'{args.config}: not an OFB search config (type=\'mmdcs.OFBClassifier\' '
-                        'with an mmdcs.OFBViT / mmdcs.OFBSwin backbone)')
-    backbone = model.backbone
-    if not backbone.is_supernet:
-        raise UserError(f'{args.config}: the backbone is already compact (arch_file) or has no '
-                        'search space: nothing to export')
-    ckpt = load_model_checkpoint(model, args.checkpoint)
-    model.eval()
-    shape = shape_arg(args.shape)
-    if shape is None:
-        shape = tuple(backbone.img_size) if not isinstance(backbone.img_size, int) else \
-            (backbone.img_size, backbone.img_size)
-    full_shape = (1, backbone.in_channels) + tuple(shape)
-    x = torch.randn((2, ) + full_shape[1:], generator=torch.Generator().manual_seed(0))
-
-    was_finished = backbone.search_finished
-    ref_soft = _logits(model, x)
-    discretised = model.finalize()
-    ref_masked = _logits(model, x)
-    model.fuse()
-    fused = _logits(model, x)
-
-    sha = file_sha256(args.checkpoint)
-    meta = export_meta(args.config, args.checkpoint, sha)
-    arch = backbone.export_arch(**meta, search_finished=was_finished,
-                                groups_discretised=discretised)
-    os.makedirs(args.out, exist_ok=True)
-    arch_path = osp.join(args.out, 'arch.json')
-    ckpt_path = osp.join(args.out, f'compact.{getattr(args, "format", "pth")}')
-    save_arch(arch, arch_path)
-
-    # the compact network from the arch file alone, with the fused weights
-    compact = build_model(compact_model_cfg(cfg.model, arch_path), scope)
+    from mmdcs.apis.subnet_io import build_model, save_pruned_checkpoint
+    compact = build_model(compact_model_cfg(cfg.model, arch_tmp), scope)
     prefix = 'backbone.'
     state = {prefix + k: v for k, v in backbone.compact_state_dict().items()}
     state.update({k: v for k, v in model.state_dict().items()
@@ -149,7 +110,60 @@ def export(args) -> dict:
                      flops=dict(unpruned=rows[0][2], compact=rows[1][2]), **meta)
     if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
         ckpt_meta['dataset_meta'] = src_meta['dataset_meta']
-    save_pruned_checkpoint(ckpt_path, compact.state_dict(), ckpt_meta)
+    save_pruned_checkpoint(ckpt_tmp, compact.state_dict(), ckpt_meta)
+    return compact, rows, diffs, ok
+
+
+def export(args) -> dict:
+    import torch
+
+    from mmdcs.peers.ofb.arch import save_arch
+    from mmdcs.peers.ofb.supernet import has_ofb_backbone
+    from mmdcs.selection import file_sha256
+    from mmdcs.apis.subnet_io import (build_model, complexity_lines, export_meta, human,
+                                       load_model_checkpoint, load_task_config,
+                                       require_checkpoint, shape_arg)
+    set_checkpoint_trust(args)
+    arch_path = osp.join(args.out, 'arch.json')
+    ckpt_path = osp.join(args.out, f'compact.{getattr(args, "format", "pth")}')
+    refuse_overwrite((arch_path, ckpt_path), getattr(args, 'force', False))
+    require_checkpoint(args.config, args.checkpoint)
+    cfg, scope = load_task_config(args.config, args.cfg_options)
+    model = build_model(cfg.model, scope)
+    if not has_ofb_backbone(model) or not hasattr(model, 'finalize'):
+        raise UserError(f'{args.config}: not an OFB search config (type=\'mmdcs.OFBClassifier\' '
+                        'with an mmdcs.OFBViT / mmdcs.OFBSwin backbone)')
+    backbone = model.backbone
+    if not backbone.is_supernet:
+        raise UserError(f'{args.config}: the backbone is already compact (arch_file) or has no '
+                        'search space: nothing to export')
+    ckpt = load_model_checkpoint(model, args.checkpoint)
+    model.eval()
+    shape = shape_arg(args.shape)
+    if shape is None:
+        shape = tuple(backbone.img_size) if not isinstance(backbone.img_size, int) else \
+            (backbone.img_size, backbone.img_size)
+    full_shape = (1, backbone.in_channels) + tuple(shape)
+    x = torch.randn((2, ) + full_shape[1:], generator=torch.Generator().manual_seed(0))
+
+    was_finished = backbone.search_finished
+    ref_soft = _logits(model, x)
+    discretised = model.finalize()
+    ref_masked = _logits(model, x)
+    model.fuse()
+    fused = _logits(model, x)
+
+    sha = file_sha256(args.checkpoint)
+    meta = export_meta(args.config, args.checkpoint, sha)
+    arch = backbone.export_arch(**meta, search_finished=was_finished,
+                                groups_discretised=discretised)
+    os.makedirs(args.out, exist_ok=True)
+    # both files or neither, never a half-written one (temporary files renamed at the end)
+    with atomic_outputs(arch_path, ckpt_path) as (arch_tmp, ckpt_tmp):
+        save_arch(arch, arch_tmp)
+        compact, rows, diffs, ok = _compact(args, cfg, scope, model, backbone, arch, meta, ckpt,
+                                            arch_tmp, ckpt_tmp, x, full_shape, ref_masked,
+                                            ref_soft, fused)
 
     # ------------------------------------------------------------------ report
     print(f'\nOFB compact network of {type(backbone).__name__}({backbone.arch}) from '

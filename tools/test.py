@@ -1,8 +1,11 @@
 """Evaluate a checkpoint with an mmpretrain, mmdet or mmseg config (mmdcs modules registered).
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out results.pkl]
-                         [--show-dir DIR] [--tta] [--amp] [--cfg-options k=v ...]
-                         [--launcher none|pytorch|slurm|mpi]
+                         [--metrics-out m.json] [--force] [--show-dir DIR] [--tta] [--amp]
+                         [--cfg-options k=v ...] [--launcher none|pytorch|slurm|mpi]
+
+An existing --out / --metrics-out file is not overwritten unless --force; both are written
+atomically (temporary file + rename).
 """
 import argparse
 import os
@@ -19,6 +22,7 @@ from mmengine.config import ConfigDict, DictAction
 from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
                                 load_config, prepare_task, set_checkpoint_trust, set_work_dir,
                                 setup_cpu_distributed, user_errors)
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite, write_json
 
 #: visualization hook of each task, for --show-dir
 VIS_HOOKS = {'mmpretrain': 'VisualizationHook', 'mmdcs': 'VisualizationHook',
@@ -46,6 +50,7 @@ def parse_args(argv=None):
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     add_trust_flag(parser)
+    add_force_argument(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(args.local_rank)
@@ -94,6 +99,9 @@ def merge_args(cfg, args, scope):
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        if args.out and not args.out.endswith(('.pkl', '.pickle')):
+            raise UserError('--out must be a .pkl or .pickle file')
+        refuse_overwrite([args.out, args.metrics_out], args.force)
         cfg = load_config(args.config)
         scope = prepare_task(cfg)
         cfg = merge_args(cfg, args, scope)
@@ -101,16 +109,14 @@ def main(argv=None):
         check_data_paths(cfg, ('test_dataloader', ))
         setup_cpu_distributed(cfg)
         runner = build_runner(cfg)
-        if args.out:
-            if not args.out.endswith(('.pkl', '.pickle')):
-                raise UserError('--out must be a .pkl or .pickle file')
-            from mmengine.evaluator import DumpResults
-            runner.test_evaluator.metrics.append(DumpResults(out_file_path=args.out))
-        metrics = runner.test()
+        outputs = [args.out] if args.out else []
+        with atomic_outputs(*outputs) as temps:
+            if args.out:
+                from mmengine.evaluator import DumpResults
+                runner.test_evaluator.metrics.append(DumpResults(out_file_path=temps[0]))
+            metrics = runner.test()
         if args.metrics_out and runner.rank == 0:
-            import json
-            with open(args.metrics_out, 'w') as f:
-                json.dump({k: float(v) for k, v in metrics.items()}, f, indent=1)
+            write_json(args.metrics_out, {k: float(v) for k, v in metrics.items()})
 
 
 if __name__ == '__main__':

@@ -2,8 +2,9 @@
 one JSON object per line; ``<timestamp>.json`` has the same lines), for one or several runs:
 
 * **IB** (seed 000, Fig. 8): the exact IB(W) of each epoch (``ib_ib``, logged by
-  ``RegularizerHook`` at epoch end), the IBB of the training batches (``ibb``, averaged over the
-  epoch), I(X̃;X) and I(X̃;Y) (``ib_i_feat_input``, ``ib_i_feat_label``);
+  ``RegularizerHook`` at epoch end), the IBB of the training batches (``ibb``, eq. 2, averaged
+  over the epoch) and the corrected Theorem 3.1 bound IBB + (1/B)Σ_i H(φ(X_i,·)) (``ib_bound``),
+  I(X̃;X) and I(X̃;Y) (``ib_i_feat_input``, ``ib_i_feat_label``);
 * **KC** (seed 001, Fig. 1): TNN (``kcr_tnn``), KC (``kcr_kc``), the trace of K_n
   (``kcr_trace``) and the KCR loss term (``loss_kcr``);
 * **training**: loss, the IB/KCR loss terms, validation top-1/top-5, the search's cost term.
@@ -29,7 +30,7 @@ Series = Dict[str, Dict[int, float]]
 FIGURES: Dict[str, List[Tuple[str, str, List[str]]]] = OrderedDict(
     ib=[
         ('IB(W) = I(X̃;X) − I(X̃;Y) (epoch)', 'IB (nats)', ['ib_ib']),
-        ('IBB, training batches (epoch mean)', 'IBB (nats)', ['ibb']),
+        ('IBB and the IB bound, training batches (epoch mean)', 'nats', ['ibb', 'ib_bound']),
         ('I(X̃;X) (epoch)', 'nats', ['ib_i_feat_input']),
         ('I(X̃;Y) (epoch)', 'nats', ['ib_i_feat_label']),
     ],
@@ -49,6 +50,8 @@ FIGURES: Dict[str, List[Tuple[str, str, List[str]]]] = OrderedDict(
 )
 #: legend names of keys drawn together in one panel
 KEY_LABELS = {'loss_ib': 'η·IBB, variational part (loss_ib)', 'loss_kcr': 'η·KCR (loss_kcr)',
+              'ibb': 'IBB, eq. 2 (ibb; not an upper bound of IB)',
+              'ib_bound': 'IBB + (1/B)Σ H(φ(X_i,·)) ≥ IB (ib_bound)',
               'arch_loss_cost': 'arch_loss_cost', 'loss_cost': 'loss_cost'}
 _SKIP = {'epoch', 'iter', 'step', 'time', 'data_time', 'memory'}
 

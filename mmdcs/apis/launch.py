@@ -7,15 +7,17 @@ mmengine's ``Runner``; what differs is which package registers the config's unpr
 """
 import difflib
 import importlib
+import inspect
 import os
 import os.path as osp
+import re
 import sys
 from contextlib import contextmanager
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
-from mmdcs.utils import register_all_modules
+from mmdcs.utils import ConfigError, InputError, register_all_modules
 from mmdcs.utils.checkpoint import TRUST_FLAG, TRUST_KEY, CheckpointError, trust_checkpoints, \
     trust_scope
 
@@ -30,6 +32,11 @@ TASK_PACKAGES = {
 
 class UserError(Exception):
     """A problem with the user's input (config, paths, arguments): reported in one message."""
+
+
+#: the config the tool loaded last (:func:`load_config`): where :func:`user_errors` looks up
+#: the key of a part of the config whose construction failed
+_LOADED_CONFIG: List[Any] = [None]
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None):
@@ -50,6 +57,7 @@ def load_config(path: str, cfg_options: Optional[dict] = None):
     cfg = Config.fromfile(path)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    _LOADED_CONFIG[0] = cfg
     return cfg
 
 
@@ -90,16 +98,95 @@ def _data_hint(path: str) -> str:
             'at it with --cfg-options')
 
 
+#: file extensions counted as images by the pre-flight check (mmpretrain's IMG_EXTENSIONS and
+#: mmseg's usual suffixes)
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
+#: dataset types that read their classes from the sub-folders of the image folder when no
+#: ann_file is given (mmpretrain)
+FOLDER_DATASETS = ('CustomDataset', 'ImageNet', 'ImageNet21k')
+
+
+def _first_image(folder: str, suffixes: Tuple[str, ...], depth: int = 8) -> Optional[str]:
+    """The first image file under ``folder`` (recursively, stopping at the first), or None."""
+    base = folder.rstrip(os.sep).count(os.sep)
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        dirs.sort()
+        for f in sorted(files):
+            if f.lower().endswith(suffixes):
+                return osp.join(here, f)
+        if here.count(os.sep) - base >= depth:
+            dirs[:] = []
+    return None
+
+
+def _image_folders(ds: dict, root: Optional[str]) -> List[Tuple[str, str, Tuple[str, ...]]]:
+    """(config key, folder, suffixes) of the folders a dataset without ann_file scans for its
+    images (and segmentation maps)."""
+    prefix = ds.get('data_prefix', None)
+    join = (lambda p: p if (osp.isabs(p) or not root) else osp.join(root, p))
+    img_suffix = ds.get('img_suffix', None)
+    img_suffixes = (img_suffix.lower(), ) if isinstance(img_suffix, str) and img_suffix \
+        else IMAGE_EXTENSIONS
+    out = []
+    if isinstance(prefix, str) and prefix:
+        out.append(('data_prefix', join(prefix), img_suffixes))
+    elif isinstance(prefix, dict):
+        for name in ('img_path', 'img'):
+            if isinstance(prefix.get(name), str):
+                out.append((f'data_prefix.{name}', join(prefix[name]), img_suffixes))
+                break
+        seg = prefix.get('seg_map_path', None)
+        if isinstance(seg, str) and seg:
+            suffix = ds.get('seg_map_suffix', None)
+            out.append(('data_prefix.seg_map_path', join(seg),
+                        (suffix.lower(), ) if isinstance(suffix, str) and suffix else
+                        IMAGE_EXTENSIONS))
+    if not out and root:
+        out.append(('data_root', root, img_suffixes))
+    return out
+
+
+def _check_images(key: str, ds: dict, root: Optional[str]) -> List[str]:
+    """Problems of a dataset that lists its images by scanning folders (no ann_file): a
+    missing or empty image / segmentation-map folder, an mmpretrain folder dataset without
+    class sub-folders holding images."""
+    problems = []
+    kind = str(ds.get('type', '')).rpartition('.')[2]
+    for what, folder, suffixes in _image_folders(ds, root):
+        if not osp.isdir(folder):
+            problems.append(f'{key}.{what}: the folder {folder!r} does not exist; '
+                            f'{_data_hint(folder)}')
+            continue
+        if _first_image(folder, suffixes) is None:
+            problems.append(f'{key}.{what}: no images ({", ".join(suffixes)}) under {folder!r}; '
+                            f'{_data_hint(folder)}')
+            continue
+        if kind in FOLDER_DATASETS and what != 'data_prefix.seg_map_path' \
+                and ds.get('with_label', True):
+            classes = [d for d in sorted(os.listdir(folder)) if osp.isdir(osp.join(folder, d))]
+            if not any(_first_image(osp.join(folder, d), suffixes) for d in classes):
+                problems.append(f'{key}.{what}: {folder!r} has no class sub-folders with images '
+                                f'({kind} without ann_file reads one sub-folder per class); '
+                                f'{_data_hint(folder)}')
+    return problems
+
+
 def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
                                        'test_dataloader')) -> None:
     """Fail early, and clearly, when a dataset root, annotation file or image folder is
-    missing (instead of an error deep inside a dataset class)."""
+    missing or empty (instead of an error deep inside a dataset class or the first batch):
+    ``data_root`` must exist; an ``ann_file`` must exist and not be empty; a dataset without
+    ann_file (a folder-based classification set, an ADE-style segmentation set) must find
+    images in its image folder (``data_prefix``; for mmpretrain's folder datasets in class
+    sub-folders) and segmentation maps in ``data_prefix.seg_map_path``."""
     problems: List[str] = []
     for loader_key in dataloaders:
         loader = cfg.get(loader_key, None)
         if not isinstance(loader, dict):
             continue
         for key, ds in _iter_datasets(loader.get('dataset'), f'{loader_key}.dataset'):
+            if 'dataset' in ds or 'datasets' in ds:  # a wrapper: its datasets are checked
+                continue
             root = ds.get('data_root', None)
             if root and not osp.isdir(root):
                 problems.append(f'{key}.data_root = {root!r} does not exist; {_data_hint(root)}')
@@ -109,8 +196,12 @@ def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
                 path = ann if (osp.isabs(ann) or not root) else osp.join(root, ann)
                 if not osp.exists(path):
                     problems.append(f'{key}.ann_file: {path!r} does not exist; {_data_hint(path)}')
-    if problems:
-        raise UserError('missing data:\n  ' + '\n  '.join(dict.fromkeys(problems)))
+                elif osp.isfile(path) and osp.getsize(path) == 0:
+                    problems.append(f'{key}.ann_file: {path!r} is empty; {_data_hint(path)}')
+            elif ds.get('type', None) is not None:
+                problems += _check_images(key, ds, root)
+    if problems:  # one line, every problem
+        raise UserError('missing data: ' + ' | '.join(dict.fromkeys(problems)))
 
 
 def set_work_dir(cfg, config_path: str, work_dir: Optional[str]) -> None:
@@ -199,8 +290,10 @@ def _registry_hint(message: str) -> str:
 def input_file_errors() -> tuple:
     """The exception types of mmdcs's own input files: a subnet description that cannot be
     read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``), a
-    checkpoint refused as unsafe or not readable (``CheckpointError``)."""
-    return (SubnetError, ArchFileError, CheckpointError)
+    checkpoint refused as unsafe or not readable (``CheckpointError``), input data a model
+    cannot take (``InputError``: e.g. an image size), and a config value found not to work when
+    training starts (``ConfigError``: e.g. ``t_warm`` ≥ ``max_epochs``)."""
+    return (SubnetError, ArchFileError, CheckpointError, InputError, ConfigError)
 
 
 def add_trust_flag(parser) -> None:
@@ -222,22 +315,173 @@ def set_checkpoint_trust(args, cfg=None) -> None:
                       dirs=[resume_dir] if resume_dir else [], hint=hint)
 
 
+# ----------------------------------------------------------------------------- build errors
+#: the exceptions a constructor raises for a bad argument value (checked where the value is
+#: used: the backbone, the gate, the hook, ...): turned into one line naming the config key
+#: when they are raised while mmengine builds a part of the config
+CONSTRUCTION_ERRORS = (ValueError, TypeError, AssertionError)
+
+
+def _is_build_frame(frame) -> bool:
+    code = frame.f_code
+    return code.co_name == 'build_from_cfg' and 'mmengine' in code.co_filename
+
+
+def _traceback_frames(exc: BaseException) -> List[Any]:
+    frames, tb = [], exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _root_config(frames) -> Any:
+    """The whole config the failing build belongs to: the runner's (``Runner.cfg``, or the
+    ``cfg`` of ``Runner.from_cfg``), else the one :func:`load_config` loaded."""
+    def as_dict(cfg):  # mmengine's Config wraps a ConfigDict
+        cfg = getattr(cfg, '_cfg_dict', cfg)
+        return cfg if isinstance(cfg, dict) else None
+
+    for frame in frames:
+        owner = frame.f_locals.get('self', None)
+        runner = any(c.__name__ in ('Runner', 'FlexibleRunner') for c in type(owner).__mro__)
+        if runner and as_dict(getattr(owner, 'cfg', None)) is not None:
+            return as_dict(owner.cfg)
+        if frame.f_code.co_name == 'from_cfg' and as_dict(frame.f_locals.get('cfg')) is not None:
+            return as_dict(frame.f_locals['cfg'])
+    return as_dict(_LOADED_CONFIG[0])
+
+
+def _find_path(container, target) -> Optional[str]:
+    """The dotted key of ``target`` (a dict) inside ``container`` (dicts and lists): by
+    equality first, then by its ``type``."""
+    def walk(node, path, match):
+        items = node.items() if isinstance(node, dict) else enumerate(node) \
+            if isinstance(node, (list, tuple)) else ()
+        for k, v in items:
+            sub = f'{path}.{k}' if path else str(k)
+            if isinstance(v, dict) and match(v):
+                return sub
+            if isinstance(v, (dict, list, tuple)):
+                found = walk(v, sub, match)
+                if found is not None:
+                    return found
+        return None
+
+    if not isinstance(container, (dict, list, tuple)):
+        return None
+    found = walk(container, '', lambda v: v == target)
+    kind = target.get('type', None) if isinstance(target, dict) else None
+    if found is None and kind is not None:
+        found = walk(container, '', lambda v: v.get('type', None) == kind)
+    return found
+
+
+def _leaf_keys(cfg, prefix: str = '') -> List[str]:
+    keys = []
+    for k, v in cfg.items():
+        if not isinstance(k, str) or k in ('type', '_scope_'):
+            continue
+        keys.append(prefix + k)
+        if isinstance(v, dict) and 'type' not in v:
+            keys += _leaf_keys(v, f'{prefix}{k}.')
+    return keys
+
+
+def _argument_named(message: str, cfg: dict, obj_cls) -> Optional[str]:
+    """The argument of ``cfg`` (a config key, or a parameter of the class being built) that
+    the error message names: a dotted key written out in full wins, else the one named
+    first."""
+    candidates = set(_leaf_keys(cfg))
+    try:
+        candidates |= {name for name, p in inspect.signature(obj_cls).parameters.items()
+                       if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    except (TypeError, ValueError):
+        pass
+    best = None
+    for key in candidates:
+        full = re.search(rf'(?<![\w.]){re.escape(key)}(?![\w])', message)
+        last = key.rsplit('.', 1)[-1]
+        hit = full or re.search(rf'(?<![\w.]){re.escape(last)}(?![\w])', message)
+        if hit is None:
+            continue
+        rank = (0 if full and '.' in key else 1, hit.start(), -len(key))
+        if best is None or rank < best[0]:
+            best = (rank, key)
+    return None if best is None else best[1]
+
+
+def _lookup(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split('.'):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return None
+    return node
+
+
+def config_origin(exc: BaseException) -> Optional[str]:
+    """Where in the config an error raised while mmengine built a part of it comes from:
+    ``'model.backbone.tau = -1.0'``, ``'custom_hooks.0.start = 0'``, ``'model.backbone
+    (mmdcs.Swin)'``; None when it was not raised inside a registry build."""
+    frames = _traceback_frames(exc)
+    builds = [f for f in frames if _is_build_frame(f)]
+    if not builds:
+        return None
+    root = _root_config(frames)
+    path, outer = None, root
+    for frame in builds:
+        cfg = frame.f_locals.get('cfg', None)
+        if not isinstance(cfg, dict):
+            continue
+        sub = _find_path(outer, cfg) if outer is not None else None
+        if sub is None and path is None:
+            sub = str(cfg.get('type', '?'))
+        if sub is not None:
+            path = sub if path is None else f'{path}.{sub}'
+        outer = cfg
+    inner = builds[-1].f_locals
+    cfg, obj_cls = inner.get('cfg', None), inner.get('obj_cls', None)
+    if not isinstance(cfg, dict):
+        return path
+    arg = _argument_named(str(exc), cfg, obj_cls)
+    if arg is None:
+        kind = cfg.get('type', None)
+        return f'{path} (type={kind!r})' if isinstance(kind, str) else path
+    value = _lookup(cfg, arg)
+    where = f'{path}.{arg}'
+    return where if value is None or isinstance(value, dict) else f'{where} = {value!r}'
+
+
+def _one_line(exc: BaseException) -> str:
+    text = ' '.join(str(exc).split())
+    return text or f'{type(exc).__name__} (invalid value)'
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn input errors into one clear line on stderr and exit code 2 (no traceback): a
     :class:`UserError`, a bad subnet or arch file (:func:`input_file_errors`, also when met
-    while the runner builds the model), a checkpoint refused as unsafe or unreadable, a missing
-    file, an unknown registry type. The checkpoint trust a tool set is undone on exit."""
+    while the runner builds the model), a checkpoint refused as unsafe or unreadable, a value a
+    constructor refuses while mmengine builds the config (:func:`config_origin` names the config
+    key: ``model.backbone.tau``, ``model.cost.weight``, a hook's ``start``, an unknown ``arch``
+    ...), a missing file, an unknown registry type. The checkpoint trust a tool set is undone on
+    exit. ``MMDCS_TRACEBACK=1`` re-raises instead (for debugging)."""
     try:
         with trust_scope():
             yield
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
         sys.exit(2)
-    except ValueError as e:
-        if not isinstance(e, input_file_errors()):
+    except CONSTRUCTION_ERRORS as e:
+        if isinstance(e, input_file_errors()):
+            print(f'error: {e}', file=sys.stderr)
+            sys.exit(2)
+        where = config_origin(e)
+        if where is None or os.environ.get('MMDCS_TRACEBACK', '') not in ('', '0'):
             raise
-        print(f'error: {e}', file=sys.stderr)
+        print(f'error: {where}: {_one_line(e)}', file=sys.stderr)
         sys.exit(2)
     except FileNotFoundError as e:
         # a file the config or the command line names (a checkpoint, an arch/subnet file, a

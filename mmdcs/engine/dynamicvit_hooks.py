@@ -21,6 +21,7 @@ from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper, OptimWr
 from mmengine.runner import EpochBasedTrainLoop
 
 from mmdcs.registry import HOOKS, OPTIM_WRAPPER_CONSTRUCTORS
+from mmdcs.utils.errors import ConfigError
 from .utils import unwrap_model
 
 #: param-group key marking the backbone (and head) groups
@@ -79,7 +80,7 @@ class DynamicViTOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                     'weight_decay': 0. if no_decay else wd, BACKBONE_GROUP_KEY: not new}
             groups[key]['params'].append(p)
         if not found_new:
-            raise ValueError('DynamicViTOptimWrapperConstructor: no parameter matches '
+            raise ConfigError('DynamicViTOptimWrapperConstructor: no parameter matches '
                              f'{self.new_param_keys} (is the backbone a DynamicViT / DynamicSwin '
                              'with trainable predictors?)')
         return [groups[k] for k in sorted(groups)]
@@ -125,13 +126,13 @@ class DynamicViTFreezeHook(Hook):
 
     def before_train(self, runner) -> None:
         if not isinstance(runner.train_loop, EpochBasedTrainLoop):
-            raise ValueError('DynamicViTFreezeHook counts epochs: use an EpochBasedTrainLoop '
+            raise ConfigError('DynamicViTFreezeHook counts epochs: use an EpochBasedTrainLoop '
                              "(train_cfg=dict(by_epoch=True, ...))")
         if self.fix_step >= runner.max_epochs:
-            raise ValueError(f'DynamicViTFreezeHook: fix_step = {self.fix_step} is not below '
+            raise ConfigError(f'DynamicViTFreezeHook: fix_step = {self.fix_step} is not below '
                              f'max_epochs = {runner.max_epochs}: the backbone would never train')
         if not self._groups(runner):
-            raise ValueError('DynamicViTFreezeHook: no optimizer group is marked as backbone; '
+            raise ConfigError('DynamicViTFreezeHook: no optimizer group is marked as backbone; '
                              "build the optimizer with constructor="
                              "'mmdcs.DynamicViTOptimWrapperConstructor'")
 

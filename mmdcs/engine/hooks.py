@@ -11,6 +11,7 @@ from mmengine.hooks import Hook
 
 from mmdcs.registry import HOOKS
 from mmdcs.selection import gates, set_temperature
+from mmdcs.utils.errors import ConfigError
 from .utils import unwrap_model
 
 CHECKPOINT_KEY = 'mmdcs_regularizer'
@@ -76,7 +77,7 @@ class TemperatureHook(Hook):
 
     def before_train(self, runner) -> None:
         if not any(True for _ in gates(unwrap_model(runner.model))):
-            raise ValueError('TemperatureHook: the model has no Gumbel gates to set (a baseline '
+            raise ConfigError('TemperatureHook: the model has no Gumbel gates to set (a baseline '
                              'backbone, or a KCR subnet): remove the hook or use a DCS/KCR '
                              'supernet')
 
@@ -107,7 +108,7 @@ class RegularizerHook(Hook):
     def _model(self, runner):
         model = unwrap_model(runner.model)
         if getattr(model, 'regularizer', None) is None:
-            raise ValueError('RegularizerHook needs a model with a regularizer: '
+            raise ConfigError('RegularizerHook needs a model with a regularizer: '
                              "type='mmdcs.ChannelSelectionClassifier' with "
                              "regularizer=dict(type='ib'|'kcr', ...)")
         return model
@@ -116,14 +117,14 @@ class RegularizerHook(Hook):
         model = self._model(runner)
         t_warm, max_epochs = model.reg_cfg['t_warm'], runner.max_epochs
         if t_warm >= max_epochs:
-            raise ValueError(f'regularizer.t_warm = {t_warm} is not below max_epochs = '
+            raise ConfigError(f'model.regularizer.t_warm = {t_warm} is not below max_epochs = '
                              f'{max_epochs}: the {model.reg_cfg["type"]} term would never be used')
         dataset = getattr(runner.train_loop, 'full_dataset', None) or \
             runner.train_loop.dataloader.dataset
         num_classes = getattr(model.head, 'num_classes', None)
         dataset_classes = self._num_dataset_classes(dataset)
         if None not in (num_classes, dataset_classes) and dataset_classes != num_classes:
-            raise ValueError(f'the head has num_classes = {num_classes} but the training set '
+            raise ConfigError(f'the head has num_classes = {num_classes} but the training set '
                              f'has {dataset_classes} classes: set model.head.num_classes')
         device = next(model.parameters()).device
         model.regularizer.to(device)
@@ -165,6 +166,6 @@ class RegularizerHook(Hook):
             return
         model = self._model(runner)
         if saved['type'] != model.reg_cfg['type']:
-            raise ValueError(f"the checkpoint holds a {saved['type']} state, the model uses "
+            raise ConfigError(f"the checkpoint holds a {saved['type']} state, the model uses "
                              f"{model.reg_cfg['type']}")
         model.regularizer.load_state_dict(saved['state'])

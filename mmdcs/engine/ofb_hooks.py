@@ -27,6 +27,7 @@ from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 
 from mmdcs.peers.ofb import linear_schedule
 from mmdcs.registry import HOOKS, OPTIM_WRAPPER_CONSTRUCTORS
+from mmdcs.utils.errors import ConfigError
 from .utils import unwrap_model
 
 
@@ -70,7 +71,7 @@ class OFBSearchHook(Hook):
     def _model(runner):
         model = unwrap_model(runner.model)
         if getattr(model, 'search_cfg', None) is None or not hasattr(model, 'compress'):
-            raise ValueError("OFBSearchHook needs type='mmdcs.OFBClassifier' with "
+            raise ConfigError("OFBSearchHook needs type='mmdcs.OFBClassifier' with "
                              'search=dict(...) and a supernet backbone')
         return model
 
@@ -195,7 +196,7 @@ class OFBOptimWrapperConstructor(DefaultOptimWrapperConstructor):
                     group[k] = tuple(v) if k == 'betas' else v
             group['ofb_group'] = kind
         if n_arch == 0:
-            raise ValueError('OFBOptimWrapperConstructor found no architecture parameters '
+            raise ConfigError('OFBOptimWrapperConstructor found no architecture parameters '
                              '(*.bimask.alpha): use an OFB supernet backbone, or the default '
                              'constructor for a compact network')
         return wrapper

@@ -22,6 +22,7 @@ from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapperDict
 
 from mmdcs.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmdcs.selection import ChannelSelector
+from mmdcs.utils.errors import ConfigError
 from .utils import unwrap_model
 
 STEP_KINDS = ('weight', 'arch')
@@ -62,7 +63,7 @@ class SearchOptimWrapperConstructor:
         module = unwrap_model(model)
         arch = _ArchParams(module)
         if len(arch.selectors) == 0:
-            raise ValueError('the search optimizer found no architecture parameters (α) in '
+            raise ConfigError('the search optimizer found no architecture parameters (α) in '
                              f'{type(module).__name__}: use a DCS or KCR supernet backbone')
         arch_ids = {id(sel.alpha) for sel in arch.selectors}
 

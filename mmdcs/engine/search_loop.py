@@ -11,6 +11,17 @@ steps).
 Works with DDP (the wrapped model's forward is called, so gradients are all-reduced as usual),
 with ``--amp`` (each wrapper's ``optim_context``) and with ``--resume`` (epoch/iteration are
 restored by the runner; the split is recomputed from the seed).
+
+Progress: an epoch is every step of both kinds. The loop's ``dataloader`` (what the runner's
+``train_dataloader`` and mmengine's log line, ETA, ``end_of_epoch`` checks and iteration-based
+schedulers see) is a :class:`SearchEpochLoader` whose length is that number, so the log reads
+``Epoch(train) [1][13/13]``, not ``[13/9]``.
+
+Resuming from a checkpoint saved in the middle of an epoch (``CheckpointHook(by_epoch=False)``)
+continues where it stopped: the steps of that epoch already done (the checkpoint's iteration
+minus the completed epochs' steps) are skipped — their batches are drawn and dropped, so the
+samplers' order (seeded per epoch) and every later step are those of the uninterrupted run.
+The streaming statistics of an IB/KCR term restart with the resumed epoch (as after any resume).
 """
 import copy
 import logging
@@ -51,6 +62,37 @@ def interleave(n_weight: int, n_arch: int) -> List[str]:
     return order
 
 
+class SearchEpochLoader:
+    """The two dataloaders of the search as one epoch: ``len()`` is the number of steps of both
+    kinds; iterating yields every batch in the order of :func:`interleave` (:meth:`steps` also
+    says which kind each is). Other attributes (``sampler``, ``dataset``, ``batch_size`` ...)
+    are the weight loader's, as before, for mmengine's hooks."""
+
+    def __init__(self, weight: DataLoader, arch: DataLoader):
+        self.weight = weight
+        self.arch = arch
+
+    def __len__(self) -> int:
+        return len(self.weight) + len(self.arch)
+
+    def order(self) -> List[str]:
+        return interleave(len(self.weight), len(self.arch))
+
+    def steps(self):
+        """(kind, batch) of every step of one epoch."""
+        iters = {'weight': iter(self.weight), 'arch': iter(self.arch)}
+        for kind in self.order():
+            yield kind, next(iters[kind])
+
+    def __iter__(self):
+        return (batch for _, batch in self.steps())
+
+    def __getattr__(self, name):
+        if name in ('weight', 'arch'):  # not set yet (e.g. while unpickling)
+            raise AttributeError(name)
+        return getattr(self.weight, name)
+
+
 @LOOPS.register_module()
 class AlternatingSearchLoop(EpochBasedTrainLoop):
     """Epoch-based loop of the search: weight steps on one part of the data, architecture steps
@@ -79,7 +121,10 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
                          dynamic_intervals)
         if hasattr(self.full_dataset, 'metainfo'):
             self.runner.visualizer.dataset_meta = self.full_dataset.metainfo
-        self.steps_per_epoch = len(self.dataloader) + len(self.arch_dataloader)
+        self.weight_dataloader = self.dataloader
+        #: both kinds of steps as one epoch (its length is the log's denominator)
+        self.dataloader = SearchEpochLoader(self.weight_dataloader, self.arch_dataloader)
+        self.steps_per_epoch = len(self.dataloader)
         self._max_iters = self._max_epochs * self.steps_per_epoch
 
     def _build_loaders(self, runner, dataloader_cfg: dict):
@@ -123,10 +168,22 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
         sampler = getattr(self.arch_dataloader, 'sampler', None)
         if hasattr(sampler, 'set_epoch'):
             sampler.set_epoch(self._epoch)
-        iters = {'weight': iter(self.dataloader), 'arch': iter(self.arch_dataloader)}
-        order = interleave(len(self.dataloader), len(self.arch_dataloader))
-        for idx, kind in enumerate(order):
-            self.run_iter(idx, next(iters[kind]), kind)
+        done = self._iter - self._epoch * self.steps_per_epoch
+        if not 0 <= done < self.steps_per_epoch:
+            if done:
+                print_log(f'resume: iteration {self._iter} is not in epoch {self._epoch + 1} '
+                          f'({self.steps_per_epoch} steps per epoch: a different dataset or '
+                          'batch size?); running the whole epoch', logger='current',
+                          level=logging.WARNING)
+            done = 0
+        elif done:
+            print_log(f'resume: skipping the {done} steps of epoch {self._epoch + 1} done before '
+                      f'the checkpoint (their batches are drawn and dropped)', logger='current',
+                      level=logging.WARNING)
+        for idx, (kind, data_batch) in enumerate(self.dataloader.steps()):
+            if idx < done:
+                continue
+            self.run_iter(idx, data_batch, kind)
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
 

@@ -11,8 +11,8 @@ or registry imports), behind one interface (:class:`Regularizer`, :mod:`.base`).
 """
 from .base import REGULARIZERS, Regularizer, build_regularizer, register
 from .ib import (INPUT_SIZE, IBBOutput, IBRegularizer, IBState, IBTerms, ib_bound_decomposition,
-                 ib_exact, ibb_full, input_representation, lemma_d1_slack, log_soft_assign,
-                 optimal_q, soft_assign)
+                 ib_exact, ib_upper_bound, ibb_full, input_representation, lemma_d1_slack,
+                 log_soft_assign, mean_input_entropy, optimal_q, soft_assign)
 from .kcr import (KCR_ROUTES, KCRBounds, KCRRegularizer, KCRState, NystromKCR, gd_residual,
                   gd_residual_from_stats, kcr_bounds, kernel_complexity,
                   kernel_complexity_from_tnn, rank_for, tnn_exact, tnn_from_eigvals)
@@ -22,7 +22,8 @@ __all__ = [
     'Regularizer', 'REGULARIZERS', 'register', 'build_regularizer', 'INPUT_SIZE',
     'input_representation', 'soft_assign', 'log_soft_assign', 'kmeans_pp_init', 'lloyd_step',
     'kmeans', 'MiniBatchKMeans', 'IBState', 'IBRegularizer', 'IBBOutput', 'IBTerms', 'optimal_q',
-    'ib_exact', 'ibb_full', 'lemma_d1_slack', 'ib_bound_decomposition', 'rank_for', 'tnn_exact',
+    'ib_exact', 'ibb_full', 'lemma_d1_slack', 'ib_bound_decomposition', 'mean_input_entropy',
+    'ib_upper_bound', 'rank_for', 'tnn_exact',
     'tnn_from_eigvals', 'kernel_complexity', 'kernel_complexity_from_tnn', 'gd_residual',
     'gd_residual_from_stats', 'kcr_bounds', 'KCRBounds', 'KCRState', 'NystromKCR',
     'KCRRegularizer', 'KCR_ROUTES'

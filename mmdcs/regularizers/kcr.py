@@ -39,8 +39,16 @@ whole epoch's features to build C (n×m) and to orthonormalise Ũ (n×r), so :cl
 holds the epoch's n×d features (and C, n×m, at the refresh): O(n·(d + m)), growing with the
 dataset. Between epochs it keeps O(d²): the row of U_r for a sample is the Nyström extension
 [U_r]_i = K(x_i, I) Q_r Λ_r^{-1/2} R^{-1} = F_i P (P = F_Iᵀ Q_r Λ_r^{-1/2} R^{-1}, d×r) — the
-very formula that defines Ũ's rows — evaluated at the current (detached) feature, and ⟨F_i, G_s⟩
-is row i of K_n·U_r with the current F_i against the previous epoch's features (through G).
+very formula that defines Ũ's rows — evaluated at the current feature, and ⟨F_i, G_s⟩ is row i
+of K_n·U_r with the current F_i against the previous epoch's features (through G). So
+t_i = F_i (I − M) F_iᵀ with M = P Gᵀ (d×d, fixed between refreshes), and **both** factors are
+differentiated: ∂t_i/∂F_i = 2F_i − F_i (M + Mᵀ). For m = n, M = V_r V_rᵀ (the projector on the
+top-r eigenvectors of S), so the gradient of the whole-set term is 2(I − V_r V_rᵀ)F/n — that of
+the exact TNN, orthogonal to the top-r directions. (Treating the row of U_r as a constant, as
+mmdcs did before, gives (2I − V_r V_rᵀ)F/n: ~95 % off and pushing the top-r directions too.)
+The value and the gradient equal the exact route's for m = n
+(``tests/test_regularizers/test_nystrom_gradient.py``); for m < n they are the Nyström
+approximation's and its exact derivative.
 
 **Reports** (seed 001, Theorem 3.1, Table 4, Fig. 1): :func:`kernel_complexity`
 KC(K) = min_{h∈[0,r0]} (h/n + sqrt((1/n) Σ_{i=h+1}^{r0} λ̂_i)), r0 = min(n, d) (all the non-zero
@@ -484,7 +492,8 @@ class NystromKCR(TensorState):
         return kernel_complexity_from_tnn(curve, max(int(self.n_last), 1))
 
     def per_sample(self, features: Tensor) -> Tensor:
-        """t_i = ‖F_i‖² − Σ_s [U_r]_is ⟨F_i, G_s⟩ (B,), with [U_r]_i = F_i.detach() P."""
+        """t_i = ‖F_i‖² − Σ_s [U_r]_is ⟨F_i, G_s⟩ (B,), with [U_r]_i = F_i P, differentiable
+        in F_i through both factors (gradient 2(I − P_r)F_i for m = n; see the module doc)."""
         check_matrix(features, 'features', self.dim)
         dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
             else torch.float32
@@ -494,7 +503,7 @@ class NystromKCR(TensorState):
         r = int(self.rank)
         ext = self.extension[:, :r].to(device=f.device, dtype=dtype)
         g = self.g[:, :r].to(device=f.device, dtype=dtype)
-        u_rows = f.detach() @ ext
+        u_rows = f @ ext  # differentiated too: the row of U_r is a function of F_i
         return f.pow(2).sum(1) - (u_rows * (f @ g)).sum(1)
 
     def loss(self, features: Tensor) -> Tensor:

@@ -44,12 +44,12 @@ class BinaryGumbelGate(nn.Module):
     def __init__(self, tau: float = 4.5):
         super().__init__()
         if not tau > 0:
-            raise ValueError(f'the gate temperature must be > 0, got {tau}')
+            raise ValueError(f'the gate temperature tau must be > 0, got {tau}')
         self.register_buffer('tau', torch.tensor(float(tau)))
 
     def set_tau(self, tau: float) -> None:
         if not tau > 0:
-            raise ValueError(f'the gate temperature must be > 0, got {tau}')
+            raise ValueError(f'the gate temperature tau must be > 0, got {tau}')
         self.tau.fill_(float(tau))
 
     def forward(self, logits: Tensor) -> Tensor:

@@ -28,7 +28,6 @@ matrix) is not supported. CHECKPOINT may be `none` (random weights).
 """
 import argparse
 import json
-import os
 import os.path as osp
 import sys
 import time
@@ -41,7 +40,11 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, staged_directory
 
+
+#: the files written to --out-dir
+OUTPUT_FILES = ('attention.md', 'entropy_hist.png', 'attention_map.png', 'attention.json')
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description='Attention entropy, maps and Q/K ranks of DCS models')
@@ -75,6 +78,7 @@ def parse_args(argv=None):
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
     add_trust_flag(p)
+    add_force_argument(p)
     args = p.parse_args(argv)
     if bool(args.model) == bool(args.arch):
         p.error('give --model CONFIG CHECKPOINT (one or more) or --arch')
@@ -141,7 +145,7 @@ def main(argv=None):
                                               resolve_block)
         from mmdcs.apis.loading import list_images, load_classifier, load_images, random_images
         t0 = time.perf_counter()
-        os.makedirs(args.out_dir, exist_ok=True)
+        refuse_overwrite([osp.join(args.out_dir, n) for n in OUTPUT_FILES], args.force)
         if args.model:
             names = args.names or [osp.splitext(osp.basename(c))[0] for c, _ in args.model]
             loaded = {}
@@ -203,21 +207,24 @@ def main(argv=None):
                  'masked rank, c = channels that some token keeps in Q and in K. Per-token '
                  'masks can exceed the unmasked rank when QKᵀ is rank-deficient.')
         print('\n' + text)
-        with open(osp.join(args.out_dir, 'attention.md'), 'w') as f:
-            f.write(text + '\n')
-        hist = plot_entropy_histograms(stats, osp.join(args.out_dir, 'entropy_hist.png'),
-                                       block, bins=args.bins)
         maps = {n: s.maps[block] for n, s in stats.items() if block in s.maps}
         if not maps:
             raise UserError(f'--map-image {args.map_image}: only {first.images} images')
         head = None if args.head < 0 else args.head
         img_i = min(args.map_image, len(shows) - 1)
-        amap = plot_attention_maps(
-            shows[img_i], maps, osp.join(args.out_dir, 'attention_map.png'),
-            first.query_cell.get(block), head=head,
-            title=f'attention of one query, block {block}, image {img_i}')
-        with open(osp.join(args.out_dir, 'attention.json'), 'w') as f:
-            json.dump({n: s.to_dict() for n, s in stats.items()}, f, indent=1)
+        with staged_directory(args.out_dir, args.force) as stage:
+            with open(osp.join(stage, 'attention.md'), 'w') as f:
+                f.write(text + '\n')
+            plot_entropy_histograms(stats, osp.join(stage, 'entropy_hist.png'), block,
+                                    bins=args.bins)
+            plot_attention_maps(
+                shows[img_i], maps, osp.join(stage, 'attention_map.png'),
+                first.query_cell.get(block), head=head,
+                title=f'attention of one query, block {block}, image {img_i}')
+            with open(osp.join(stage, 'attention.json'), 'w') as f:
+                json.dump({n: s.to_dict() for n, s in stats.items()}, f, indent=1)
+        hist = osp.join(args.out_dir, 'entropy_hist.png')
+        amap = osp.join(args.out_dir, 'attention_map.png')
         print(f'\nhistogram: {hist}\nattention map: {amap}\ntables: '
               f'{osp.join(args.out_dir, "attention.md")}\n({time.perf_counter() - t0:.0f} s)')
         return stats

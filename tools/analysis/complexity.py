@@ -27,6 +27,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_text
 
 
 def parse_args(argv=None):
@@ -56,6 +57,7 @@ def parse_args(argv=None):
                         'segmentation config (classifiers: always)')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='config mode: override settings of the config, key=value')
+    add_force_argument(parser)
     args = parser.parse_args(argv)
     if bool(args.table) == bool(args.config):
         parser.error('give either a CONFIG or --table')
@@ -83,8 +85,7 @@ def run_table(args) -> str:
     print(text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t0:.0f} s)')
     if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text + '\n')
+        write_text(args.out, text + '\n')
     return text
 
 
@@ -142,6 +143,7 @@ def run_config(args) -> list:
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        refuse_overwrite([args.out], args.force)
         if args.table:
             run_table(args)
         else:

@@ -14,8 +14,9 @@ uses the test pipeline, no augmentation): the pre-logit features X̃
 average, L2-normalised) and the labels Y give
 
 * IB(W) = I(X̃;X) − I(X̃;Y) exactly, with C = classes centroids from seeded k-means on this set,
-  the bound IBB (optimal Q of eq. 7) with its constant term, the Lemma D.1 slack, and whether
-  IB ≤ IBB (Theorem 3.1, which can fail) and IB ≤ IBB + slack (always);
+  the paper's IBB (eq. 2, optimal Q of eq. 7) with its constant term, the corrected Theorem 3.1
+  bound IBB + (1/n)Σ_i H(φ(X_i,·)) ≤ IBB + log C (always ≥ IB), the Lemma D.1 slack, and whether
+  IB ≤ IBB (Theorem 3.1 as printed, which can fail) and the corrected bounds hold;
 * S = X̃ᵀX̃/n: TNN ‖K‖_r (r = ⌈γ·min(n, d)⌉), KC(K), and the KCR lower/upper bounds from the
   residual of t gradient-descent steps of step η on the last linear layer (default
   η = 1/λ̂_1, t = 100).
@@ -23,7 +24,6 @@ average, L2-normalised) and the labels Y give
 CHECKPOINT may be `none` (random weights, for a smoke test).
 """
 import argparse
-import json
 import os.path as osp
 import sys
 import time
@@ -36,6 +36,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_json, write_text
 
 
 def parse_args(argv=None):
@@ -61,6 +62,7 @@ def parse_args(argv=None):
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
     add_trust_flag(p)
+    add_force_argument(p)
     args = p.parse_args(argv)
     if len(args.models) % 2:
         p.error('give CONFIG CHECKPOINT pairs (an even number of arguments)')
@@ -78,6 +80,7 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         set_checkpoint_trust(args)
+        refuse_overwrite([args.out, args.json], args.force)
         from mmdcs.analysis.reports import classifier_report, format_report
         from mmdcs.apis.loading import dataset_batches, load_classifier
         pairs = [(args.models[i], args.models[i + 1]) for i in range(0, len(args.models), 2)]
@@ -107,11 +110,9 @@ def main(argv=None):
         text = format_report(reports)
         print('\n' + text)
         if args.out:
-            with open(args.out, 'w') as f:
-                f.write(text + '\n')
+            write_text(args.out, text + '\n')
         if args.json:
-            with open(args.json, 'w') as f:
-                json.dump(reports, f, indent=1)
+            write_json(args.json, reports)
         return reports
 
 

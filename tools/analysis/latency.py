@@ -32,7 +32,6 @@ differ by at most --tolerance (0.05). --profile adds the per-operator CPU time o
 (torch.profiler) at the first batch size.
 """
 import argparse
-import json
 import os.path as osp
 import sys
 import time
@@ -45,6 +44,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_json, write_text
 
 
 def parse_args(argv=None):
@@ -86,6 +86,7 @@ def parse_args(argv=None):
                    help='interleaved profiling sessions (median per operator)')
     p.add_argument('--out', help='also write the markdown table here')
     p.add_argument('--json', help='also write the rows (and profiles) as JSON here')
+    add_force_argument(p)
     args = p.parse_args(argv)
     if not 0 < args.ratio <= 1:
         p.error(f'--ratio must be in (0, 1], got {args.ratio}')
@@ -228,17 +229,16 @@ def run(args):
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
     if args.out:
-        with open(args.out, 'w') as f:
-            f.write(text + '\n')
+        write_text(args.out, text + '\n')
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(rows=rows, profiles=profiles), f, indent=1)
+        write_json(args.json, dict(rows=rows, profiles=profiles))
     return rows
 
 
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        refuse_overwrite([args.out, args.json], args.force)
         return run(args)
 
 

@@ -20,6 +20,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, staged_directory
 
 
 def parse_args(argv=None):
@@ -32,6 +33,7 @@ def parse_args(argv=None):
                    choices=['ib', 'kc', 'training'])
     p.add_argument('--keys', nargs='+', help='also plot these scalars (custom.png)')
     p.add_argument('--prefix', default='', help='prefix of the PNG names')
+    add_force_argument(p)
     args = p.parse_args(argv)
     if args.names and len(args.names) != len(args.runs):
         p.error(f'--names: {len(args.names)} names for {len(args.runs)} runs')
@@ -54,10 +56,15 @@ def main(argv=None):
         if len(set(names)) != len(names):
             names = [f'{n} ({i + 1})' for i, n in enumerate(names)]
         runs = dict(zip(names, args.runs))
-        try:
-            written = plot_logs(runs, args.out_dir, args.figures, args.keys, args.prefix)
-        except (FileNotFoundError, ValueError) as e:
-            raise UserError(str(e)) from e
+        pngs = list(args.figures) + (['custom'] if args.keys else [])
+        refuse_overwrite([osp.join(args.out_dir, f'{args.prefix}{f}.png') for f in pngs],
+                         args.force)
+        with staged_directory(args.out_dir, args.force) as stage:
+            try:
+                written = plot_logs(runs, stage, args.figures, args.keys, args.prefix)
+            except (FileNotFoundError, ValueError) as e:
+                raise UserError(str(e)) from e
+        written = {k: osp.join(args.out_dir, osp.basename(v)) for k, v in written.items()}
         print(summary_table(runs))
         if not written:
             print('\nnothing to plot: the logs have none of the scalars of the figures '

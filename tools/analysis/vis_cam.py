@@ -16,7 +16,6 @@ dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`, MobileVi
 CHECKPOINT may be `none` (random weights).
 """
 import argparse
-import os
 import os.path as osp
 import sys
 
@@ -28,6 +27,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import DictAction
 
 from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
 
 
 def parse_args(argv=None):
@@ -46,6 +46,7 @@ def parse_args(argv=None):
     p.add_argument('--cfg-options', nargs='+', action=DictAction,
                    help='override settings of every config, key=value')
     add_trust_flag(p)
+    add_force_argument(p)
     args = p.parse_args(argv)
     if args.names and len(args.names) != len(args.model):
         p.error(f'--names: {len(args.names)} names for {len(args.model)} models')
@@ -56,6 +57,7 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         set_checkpoint_trust(args)
+        refuse_overwrite([args.out], args.force)
         from mmdcs.analysis.gradcam import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
         from mmdcs.apis.loading import list_images, load_classifier, load_images
         paths = []
@@ -91,8 +93,9 @@ def main(argv=None):
                 class_names = meta.get('classes') or ds.get('classes')
             preds = ', '.join(str(int(c)) for c in cams[name][1])
             print(f'{name}: target layer {layer}; predicted classes: {preds}', flush=True)
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        out = plot_cams(shows, cams, args.out, class_names)
+        with atomic_outputs(args.out) as (tmp, ):
+            plot_cams(shows, cams, tmp, class_names)
+        out = args.out
         print(f'Grad-CAM figure: {out}')
         return cams
 

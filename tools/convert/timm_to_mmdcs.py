@@ -1,6 +1,6 @@
 """Convert a timm checkpoint (or the official Swin layout) into an mmdcs classifier checkpoint.
 
-    python tools/convert/timm_to_mmdcs.py FAMILY ARCH SRC DST [--layout timm|official]
+    python tools/convert/timm_to_mmdcs.py FAMILY ARCH SRC DST [--layout timm|official] [--force]
     python tools/convert/timm_to_mmdcs.py vit vit-s16 vit_small_patch16_224.pth vit-s16_in1k.pth
     python tools/convert/timm_to_mmdcs.py swin swin-t --random-init swin-t_random.pth
 
@@ -28,6 +28,7 @@ except ImportError:
 import torch
 
 from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
+from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
 from mmdcs.utils.checkpoint import load_checkpoint_file, save_weights
 
 FAMILIES = ('vit', 'swin', 'mobilevit', 'efficientvit')
@@ -55,13 +56,15 @@ def main(argv=None):
     parser.add_argument('--random-init', action='store_true',
                         help='convert a randomly initialised timm model (no SRC)')
     add_trust_flag(parser)
+    add_force_argument(parser)
     args = parser.parse_args(argv)
     with user_errors():
         set_checkpoint_trust(args)
         convert(args)
 
 
-def convert(args):
+def convert(args) -> None:
+    refuse_overwrite([args.dst], args.force)
     module = importlib.import_module(f'mmdcs.models.backbones.{args.family}')
     timm_names = module.TIMM_MODELS
     if args.arch not in timm_names:
@@ -77,13 +80,15 @@ def convert(args):
             raise UserError('give SRC or --random-init')
         state = load_state_dict(args.src)
         source = args.src
-    if args.layout == 'official':
-        if not hasattr(module, 'convert_official_swin'):
-            raise UserError(f'--layout official is for swin, not {args.family}')
-        converted = module.convert_official_swin(state, args.arch)
-    else:
-        converted = module.convert_timm(state, args.arch)
-    save_weights(args.dst, converted, dict(source=source, family=args.family, arch=args.arch))
+    if args.layout == 'official' and not hasattr(module, 'convert_official_swin'):
+        raise UserError(f'--layout official is for swin, not {args.family}')
+    try:
+        converted = module.convert_official_swin(state, args.arch) \
+            if args.layout == 'official' else module.convert_timm(state, args.arch)
+    except (ValueError, KeyError) as e:  # the weights are not of this family / arch
+        raise UserError(f'{source}: {e.args[0] if e.args else e}') from e
+    with atomic_outputs(args.dst) as (tmp, ):
+        save_weights(tmp, converted, dict(source=source, family=args.family, arch=args.arch))
     n = sum(v.numel() for k, v in converted.items() if v.is_floating_point())
     print(f'wrote {args.dst}: {len(converted)} tensors, {n / 1e6:.2f} M values, from {source}')
 

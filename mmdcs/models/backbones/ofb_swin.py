@@ -37,6 +37,7 @@ from mmdcs.peers.ofb.compress import Optimizers
 from mmdcs.peers.ofb.cost import attention_macs, layer_norm_macs, linear_macs
 from mmdcs.peers.ofb.supernet import OFBSupernetMixin
 from mmdcs.registry import MODELS
+from mmdcs.utils.errors import InputError
 from .base import check_choice, drop_path_rates, normalize_out_indices
 from .swin import PatchEmbed, PatchMerging, RelativePositionBiasMixin, SwinBlock
 
@@ -269,7 +270,7 @@ class OFBSwin(OFBSupernetMixin, BaseModule):
         H, W = inputs.shape[-2:]
         s = self.mim_scale
         if H % s or W % s:
-            raise ValueError(f'{type(self).__name__}: the PMIM search needs an input size '
+            raise InputError(f'{type(self).__name__}: the PMIM search needs an input size '
                              f'divisible by {s}, got {H}x{W}')
         return H // s, W // s
 

@@ -13,10 +13,23 @@ a :class:`~mmdcs.selection.GatedMLP`.
 
 Any input size: the image is padded to a multiple of the patch size, every feature map to a
 multiple of the window (the shifted-window mask is computed for the padded size, cached by size),
-and the result cropped back, as mmdet's Swin does; PatchMerging pads odd sizes. A side of the map
-that fits in one window takes the window to that side and is not shifted, as timm (and the original
-code) do at 224 classification, so the numerics equal timm's there; ``pad_small_map=True`` keeps
-the 7×7 window and the shift whatever the size (mmdet's behaviour).
+and the result cropped back; PatchMerging pads odd sizes. Where a map is not a multiple of the
+window, the two reference implementations differ in the order of padding and cyclic shift, and so
+in their features (by up to ~0.5 on stage 3 at 320×256 with the same weights):
+
+* ``window_padding='mmdet'`` (the default): pad the map, then shift — the official Swin
+  detection / segmentation code, mmdet's and mmseg's ``SwinTransformer``: what detection and
+  segmentation users (and their checkpoints) expect;
+* ``window_padding='timm'``: shift, then pad — timm's ``SwinTransformer`` (for timm users, e.g.
+  classification at a size that needs padding).
+
+At sizes that need no padding (every stage map a multiple of 7 or at most 7 on a side, e.g. 224,
+448×224) the two are the same. A side of the map that fits in one window takes the window to that
+side and is not shifted, as timm (and the original code) do at 224 classification, so the numerics
+equal timm's there; ``pad_small_map=True`` keeps the 7×7 window and the shift whatever the size
+(mmdet's behaviour: with ``window_padding='mmdet'`` and ``pad_small_map=True`` the features equal
+mmdet's ``SwinTransformer`` at every size). Tests: ``tests/test_models/test_swin_padding.py``
+(every stage against mmdet's and timm's models, converted weights, at 320×256, 256×256, 320×320).
 """
 import math
 import re
@@ -30,10 +43,13 @@ from torch import Tensor
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP
-from .base import (AttentionLayout, SelectableBackbone, drop_path_rates, enclosing_module,
-                   normalize_out_indices, query_cell)
+from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
+                   enclosing_module, normalize_out_indices, query_cell)
 
 Size = Tuple[int, int]
+
+#: the order of window padding and cyclic shift (see the module doc)
+WINDOW_PADDINGS = ('mmdet', 'timm')
 
 #: arch -> the timm model with the same layout (random init there, converted here)
 TIMM_MODELS = {
@@ -169,11 +185,16 @@ class SwinBlock(nn.Module):
                  mlp_ratio: float = 4., qkv_bias: bool = True, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., pad_small_map: bool = False,
                  qk_select: Optional[str] = None, mlp_select: bool = False,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
+                 window_padding: str = 'mmdet'):
         super().__init__()
+        if window_padding not in WINDOW_PADDINGS:
+            raise ValueError(f'window_padding must be one of {WINDOW_PADDINGS}, got '
+                             f'{window_padding!r}')
         self.window_size = window_size
         self.shift_size = window_size // 2 if shift else 0
         self.pad_small_map = pad_small_map
+        self.window_padding = window_padding
         self.norm1 = nn.LayerNorm(dim)
         self.attn = WindowAttention(dim, num_heads, (window_size, window_size), qkv_bias,
                                     attn_drop, drop, qk_select, gate_init, tau)
@@ -205,20 +226,30 @@ class SwinBlock(nn.Module):
         return self._masks[key]
 
     def _attn(self, x: Tensor) -> Tensor:
+        """Window attention of (B, H, W, C). ``window_padding`` 'mmdet': pad, shift, attend,
+        shift back, crop; 'timm': shift, pad, attend, crop, shift back. The mask is that of the
+        padded map in both (as both references compute it)."""
         B, H, W, C = x.shape
         window, shift = self.window_and_shift(H, W)
         pad_h, pad_w = (-H) % window[0], (-W) % window[1]
+        Hp, Wp = H + pad_h, W + pad_w
+        shift_first = getattr(self, 'window_padding', 'mmdet') == 'timm'
+        if any(shift) and shift_first:
+            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
         if pad_h or pad_w:
             x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-        Hp, Wp = H + pad_h, W + pad_w
-        if any(shift):
+        if any(shift) and not shift_first:
             x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
         mask = self._mask((Hp, Wp), window, shift, x.device)
         x = self.attn(window_partition(x, window), window, mask)
         x = window_reverse(x, window, Hp, Wp)
-        if any(shift):
+        if any(shift) and not shift_first:
             x = torch.roll(x, shifts=shift, dims=(1, 2))
-        return x[:, :H, :W, :] if pad_h or pad_w else x
+        if pad_h or pad_w:
+            x = x[:, :H, :W, :]
+        if any(shift) and shift_first:
+            x = torch.roll(x, shifts=shift, dims=(1, 2))
+        return x
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, H, W, C)."""
@@ -310,6 +341,9 @@ class Swin(SelectableBackbone):
             ``layers[i + 1].downsample``, timm's layout). See :class:`SelectableBackbone`.
         pad_small_map: keep the full window and the shift on maps smaller than the window (mmdet);
             by default such a side takes the window to its length and is not shifted (timm).
+        window_padding: on maps that are not a multiple of the window, ``'mmdet'`` (default)
+            pads and then shifts (official Swin detection code, mmdet, mmseg), ``'timm'``
+            shifts and then pads (timm). See the module doc.
     """
     family = 'swin'
     arch_zoo = {
@@ -324,8 +358,11 @@ class Swin(SelectableBackbone):
                  in_channels: int = 3, window_size: int = 7, mlp_ratio: float = 4.,
                  qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0., out_indices: Union[int, Sequence[int]] = (3, ),
-                 frozen_stages: int = -1, pad_small_map: bool = False, init_cfg=None):
+                 frozen_stages: int = -1, pad_small_map: bool = False,
+                 window_padding: str = 'mmdet', init_cfg=None):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+        check_choice('window_padding', window_padding, WINDOW_PADDINGS, 'Swin')
+        self.window_padding = window_padding
         s = self.arch_settings
         depths, heads = s['depths'], s['num_heads']
         self.num_stages = len(depths)  # before _set_frozen_stages
@@ -345,7 +382,7 @@ class Swin(SelectableBackbone):
                 downsample=i > 0, drop_path=dpr[start:start + depth], num_heads=heads[i],
                 window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
                 drop=drop_rate, attn_drop=attn_drop_rate, pad_small_map=pad_small_map,
-                qk_select=self.qk_select, mlp_select=self.mlp_select,
+                window_padding=window_padding, qk_select=self.qk_select, mlp_select=self.mlp_select,
                 gate_init=self.gate_init, tau=self.init_tau))
             start += depth
         self.layers = nn.Sequential(*layers)

@@ -17,8 +17,9 @@ The Q/K mask is computed for every token, the class token included (it is a toke
 sequence like the patches; its query and key are masked by its own M row). The output format
 follows mmpretrain's ``VisionTransformer`` (``out_type``, ``out_indices``, final norm applied to
 the last block's output only), so the backbone works under mmpretrain's ``ImageClassifier`` and,
-with ``out_type='featmap'``, as an mmdet / mmseg backbone at any input size divisible by 16 (the
-position embedding is resampled to the actual patch grid).
+with ``out_type='featmap'``, as an mmdet / mmseg backbone at any input size (the position
+embedding is resampled to the actual patch grid; a size that 16 does not divide is zero-padded
+at the right and bottom, as mmseg's ViT does: ``dynamic_img_pad``).
 """
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -30,6 +31,7 @@ from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
 from mmdcs.registry import MODELS
+from mmdcs.utils.errors import InputError
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP, SubnetSpec
 from mmdcs.selection import QKChannelSelector, prunable_modules
 from .base import (AttentionLayout, SelectableBackbone, drop_path_rates, normalize_out_indices,
@@ -92,19 +94,28 @@ def init_timm_vit_(backbone: nn.Module) -> None:
 
 
 class PatchEmbed(nn.Module):
-    """Image → (B, H/p·W/p, C) tokens by a p×p, stride p convolution (timm's ``PatchEmbed``)."""
+    """Image → (B, H/p·W/p, C) tokens by a p×p, stride p convolution (timm's ``PatchEmbed``).
 
-    def __init__(self, patch_size: int, in_channels: int, embed_dim: int):
+    An input size that p does not divide is zero-padded at the right and bottom to the next
+    multiple (mmseg's / mmpretrain's ``padding='corner'``, timm's ``dynamic_img_pad``) when
+    ``pad`` is True, and refused with an :class:`~mmdcs.utils.InputError` otherwise."""
+
+    def __init__(self, patch_size: int, in_channels: int, embed_dim: int, pad: bool = False):
         super().__init__()
         self.patch_size = patch_size
+        self.pad = pad
         self.proj = nn.Conv2d(in_channels, embed_dim, patch_size, stride=patch_size)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tuple[int, int]]:
         H, W = x.shape[-2:]
         p = self.patch_size
         if H % p or W % p:
-            raise ValueError(f'ViT: the input size {H}x{W} is not divisible by the patch size '
-                             f'{p} (pad the images, e.g. size_divisor={p})')
+            if not self.pad:
+                raise InputError(f'ViT: the input size {H}x{W} is not divisible by the patch '
+                                 f'size {p}: resize or pad the images in the pipeline (e.g. '
+                                 f'size_divisor={p}), or set the backbone\'s '
+                                 'dynamic_img_pad=True')
+            x = F.pad(x, (0, (-W) % p, 0, (-H) % p))
         x = self.proj(x)
         hw = (x.shape[-2], x.shape[-1])
         return x.flatten(2).transpose(1, 2), hw
@@ -165,7 +176,8 @@ class ViT(SelectableBackbone):
             ``vit_small_patch16_224``, ``vit_base_patch16_224``).
         variant, subnet, qk_mask, gate_init, tau, init_cfg: see :class:`SelectableBackbone`.
         img_size: the nominal input size (int or (H, W)); it sets the stored position-embedding
-            grid and the cost model's token count. Other sizes divisible by 16 work at run time.
+            grid and the cost model's token count. Other sizes work at run time (see
+            ``dynamic_img_pad`` for sizes that 16 does not divide).
         patch_size: must be the arch's (16).
         in_channels: image channels.
         out_type: ``'cls_token'`` (B, C), ``'featmap'`` (B, C, H/16, W/16) from the patch tokens,
@@ -181,6 +193,11 @@ class ViT(SelectableBackbone):
         frozen_stages: -1 nothing; 0 the patch embedding, class token and position embedding;
             k >= 1 also blocks 0..k-1 (and ``norm`` / ``fc_norm`` with the last block), as
             mmpretrain's VisionTransformer (see :class:`SelectableBackbone`).
+        dynamic_img_pad: zero-pad an input size that 16 does not divide at the right and
+            bottom (as mmseg's and mmpretrain's ViT, timm's ``dynamic_img_pad=True``). Default
+            (None): padded for ``out_type='featmap'`` (detection / segmentation, whose pipelines
+            do not guarantee multiples of 16), refused with one clear error otherwise (a
+            classifier's pipeline gives a fixed size; timm refuses too).
     """
     family = 'vit'
     arch_zoo: Dict[str, dict] = {
@@ -197,7 +214,8 @@ class ViT(SelectableBackbone):
                  in_channels: int = 3, out_type: str = 'cls_token',
                  out_indices: Union[int, Sequence[int]] = -1, final_norm: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
-                 interpolate_mode: str = 'bicubic', frozen_stages: int = -1, init_cfg=None):
+                 interpolate_mode: str = 'bicubic', frozen_stages: int = -1,
+                 dynamic_img_pad: Optional[bool] = None, init_cfg=None):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
         s = self.arch_settings
         if patch_size != s['patch_size']:
@@ -220,7 +238,9 @@ class ViT(SelectableBackbone):
         self.final_norm = final_norm
         self.interpolate_mode = interpolate_mode
 
-        self.patch_embed = PatchEmbed(patch_size, in_channels, dim)
+        self.dynamic_img_pad = out_type == 'featmap' if dynamic_img_pad is None \
+            else bool(dynamic_img_pad)
+        self.patch_embed = PatchEmbed(patch_size, in_channels, dim, pad=self.dynamic_img_pad)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(
             torch.zeros(1, self.num_prefix_tokens + self.grid_size[0] * self.grid_size[1], dim))

@@ -36,6 +36,7 @@ from mmdcs.peers.ofb import (SCORE_NORM_WEIGHTS, PMIMDecoder, adaptive_one_hot_l
                              upsample_patch_mask, pmim_loss)
 from mmdcs.peers.ofb.supernet import KINDS, OFBSupernetMixin
 from mmdcs.registry import MODELS
+from mmdcs.utils.errors import InputError
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 SEARCH_KEYS = ('target_flops', 'target_ratio', 'w_head', 'w_mlp', 'w_embed', 'w_flops',
@@ -244,7 +245,7 @@ class OFBClassifier(ImageClassifier):
         if patch_mask is not None:
             rec = self.decoder(fmap)
             if rec.shape[-2:] != inputs.shape[-2:]:
-                raise ValueError(f'PMIM: the input size {tuple(inputs.shape[-2:])} must be a '
+                raise InputError(f'PMIM: the input size {tuple(inputs.shape[-2:])} must be a '
                                  f'multiple of {bb.mim_scale}')
             pixel_mask = upsample_patch_mask(patch_mask, bb.mim_grid(inputs), bb.mim_scale)
             rec_loss = pmim_loss(rec, inputs, pixel_mask, self.search_cfg['pmim']['window'])

@@ -6,8 +6,10 @@
   backbone's cost model (and an optional gate-entropy term), added to the cross-entropy; on a
   *weight* step only the cross-entropy (the search loop says which step it is);
 * ``regularizer`` (the retraining): ``loss_ib = η·IBB_j`` (DCS; the variational part of IBB_j,
-  which carries its whole gradient; the whole bound is logged as ``ibb``, the part that depends
-  on the inputs only as ``ibb_const``) or ``loss_kcr = η·KCR_j`` (KCR) on the pre-logit
+  which carries its whole gradient; the whole IBB_j of eq. 2 is logged as ``ibb``, the part that
+  depends on the inputs only as ``ibb_const``, and the corrected Theorem 3.1 upper bound of IB,
+  IBB_j + (1/B) Σ_i H(φ(X_i,·)), as ``ib_bound``: IB ≤ IBB is false in general) or
+  ``loss_kcr = η·KCR_j`` (KCR) on the pre-logit
   features X̃, once the epoch reaches ``t_warm``. The streaming statistics
   of the bound are fed here, every training batch; ``RegularizerHook`` refreshes them at epoch
   end, switches the term on after ``t_warm``, logs the reports and saves/restores the state.

@@ -1,0 +1,148 @@
+"""Bad values in a config reach the user as one line naming the config key, exit code 2, from
+every tool: the values a constructor refuses while mmengine builds the config (found by
+``mmdcs.apis.launch.config_origin``), and the checks of hooks and optimizer constructors when
+training starts (``mmdcs.utils.ConfigError``)."""
+import os.path as osp
+import types
+
+import pytest
+
+from mmdcs.apis.launch import user_errors
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+SEARCH = 'configs/demo/dcs-mobilevit-xs_search_digits.py'
+
+
+@pytest.fixture(scope='module')
+def digits(tmp_path_factory):
+    from mmdcs.datasets.digits import build_classification
+    out = tmp_path_factory.mktemp('digits_errors')
+    build_classification(str(out), size=64, seed=0, max_per_class=3)
+    return osp.join(str(out), 'cls')
+
+
+def _one_line(proc):
+    """The tool failed with exit code 2 and one ``error:`` line on stderr, no traceback."""
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith('error')]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def _data_opts(root):
+    return [f'{k}.dataset.data_root={root}' for k in ('train_dataloader', 'val_dataloader',
+                                                      'test_dataloader')]
+
+
+@pytest.mark.parametrize('option, key', [
+    # built with the model: the backbone, its gates, the classifier's search objective
+    ('model.backbone.tau=-1', 'model.backbone.tau = -1'),
+    ('model.cost.weight=-0.5', 'model.cost.weight = -0.5'),
+    ('model.backbone.arch=mobilevit-xxl', "model.backbone.arch = 'mobilevit-xxl'"),
+    # a hook (built by the runner) and the search loop (built when training starts)
+    ('custom_hooks.0.start=0', 'custom_hooks.0.start = 0'),
+    ('train_cfg.arch_ratio=1.5', 'train_cfg.arch_ratio = 1.5'),
+])
+def test_train_py_names_the_config_key(option, key, digits, tmp_path, run_tool):
+    proc = run_tool(['tools/train.py', SEARCH, '--work-dir', str(tmp_path), '--cfg-options',
+                     option] + _data_opts(digits))
+    line = _one_line(proc)
+    assert line.startswith(f'error: {key}: '), line
+
+
+def test_test_py_names_the_config_key(digits, tmp_path, run_tool):
+    ckpt = tmp_path / 'some.pth'
+    ckpt.write_bytes(b'')
+    proc = run_tool(['tools/test.py', SEARCH, str(ckpt), '--work-dir', str(tmp_path),
+                     '--cfg-options', 'model.backbone.variant=dcz'] + _data_opts(digits))
+    line = _one_line(proc)
+    assert line.startswith("error: model.backbone.variant = 'dcz': "), line
+    assert 'valid: baseline, dcs, kcr' in line
+
+
+def test_export_subnet_names_the_config_key(tmp_path, run_tool):
+    ckpt = tmp_path / 'search.pth'
+    ckpt.write_bytes(b'x')
+    proc = run_tool(['tools/export_subnet.py', SEARCH, str(ckpt), '--out', str(tmp_path / 'o'),
+                     '--cfg-options', 'model.cost.weight=-1'])
+    line = _one_line(proc)
+    assert line.startswith('error: model.cost.weight = -1: '), line
+
+
+def test_analysis_tool_names_the_config_key(run_tool):
+    proc = run_tool(['tools/analysis/complexity.py', SEARCH, '--cfg-options',
+                     'model.regularizer.type=ibx'])
+    line = _one_line(proc)
+    assert line.startswith('error: model.regularizer'), line
+    assert "regularizer.type must be one of" in line
+
+
+def test_config_origin_without_the_key_in_the_message():
+    """A constructor that does not name its argument: the config part and its type; and the
+    key when the message names it."""
+    from mmengine.registry import MODELS, Registry
+    reg = Registry('user_errors_test', parent=MODELS)
+
+    @reg.register_module()
+    class Part:
+        def __init__(self, size=1, mode='a'):
+            if size < 0:
+                raise ValueError('negative values are not allowed')
+            if mode not in ('a', 'b'):
+                raise ValueError(f'mode must be a or b, got {mode!r}')
+
+    @reg.register_module()
+    class Whole:
+        def __init__(self, part):
+            self.part = reg.build(part)
+
+    from mmdcs.apis import launch
+    cfg = dict(model=dict(type='Whole', part=dict(type='Part', size=-1, mode='a')))
+    launch._LOADED_CONFIG[0] = cfg
+    for part, expected in [(dict(type='Part', size=-1), "model.part (type='Part')"),
+                           (dict(type='Part', mode='c'), "model.part.mode = 'c'")]:
+        cfg['model']['part'] = part
+        with pytest.raises(ValueError) as e:
+            reg.build(cfg['model'])
+        assert launch.config_origin(e.value) == expected
+    assert launch.config_origin(ValueError('not from a build')) is None
+
+
+def _one_line_exit_2(capsys, fn, *args):
+    with pytest.raises(SystemExit) as e:
+        fn(*args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith('error: '), err
+    return lines[0]
+
+
+def test_checks_when_training_starts_are_one_line(capsys):
+    """RegularizerHook's t_warm check, TemperatureHook on a model without gates."""
+    import torch.nn as nn
+    from mmdcs.engine.hooks import RegularizerHook, TemperatureHook
+    model = types.SimpleNamespace(
+        reg_cfg=dict(t_warm=5, type='ib'), regularizer=object(),
+        head=types.SimpleNamespace(num_classes=10), parameters=lambda: iter(()))
+    runner = types.SimpleNamespace(model=model, max_epochs=5)
+
+    def start(hook, runner):
+        with user_errors():
+            hook.before_train(runner)
+    line = _one_line_exit_2(capsys, start, RegularizerHook(), runner)
+    assert line == ('error: model.regularizer.t_warm = 5 is not below max_epochs = 5: the ib '
+                    'term would never be used')
+    line = _one_line_exit_2(capsys, start, TemperatureHook(),
+                            types.SimpleNamespace(model=nn.Linear(2, 2)))
+    assert 'no Gumbel gates' in line
+
+
+def test_other_errors_still_raise():
+    with pytest.raises(ValueError, match='a bug'):
+        with user_errors():
+            raise ValueError('a bug')
+    with pytest.raises(TypeError):
+        with user_errors():
+            len(3)
