@@ -78,10 +78,15 @@ def test_analysis_tool_names_the_config_key(run_tool):
     assert "regularizer.type must be one of" in line
 
 
-def test_config_origin_without_the_key_in_the_message():
+def test_config_origin_without_the_key_in_the_message(monkeypatch):
     """A constructor that does not name its argument: the config part and its type; and the
     key when the message names it."""
-    from mmengine.registry import MODELS, Registry
+    from collections import OrderedDict
+
+    from mmengine.registry import MODELS, DefaultScope, Registry
+    # no current default scope (an earlier test in this process may have left one, which would
+    # send the build to that scope's registry)
+    monkeypatch.setattr(DefaultScope, '_instance_dict', OrderedDict())
     reg = Registry('user_errors_test', parent=MODELS)
 
     @reg.register_module()
