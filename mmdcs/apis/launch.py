@@ -121,8 +121,14 @@ def _first_image(folder: str, suffixes: Tuple[str, ...], depth: int = 8) -> Opti
 
 def _image_folders(ds: dict, root: Optional[str]) -> List[Tuple[str, str, Tuple[str, ...]]]:
     """(config key, folder, suffixes) of the folders a dataset without ann_file scans for its
-    images (and segmentation maps)."""
+    images (and segmentation maps): mmpretrain's folder datasets (:data:`FOLDER_DATASETS`) and
+    segmentation sets (``data_prefix.seg_map_path``). Other types (CIFAR-10, MNIST, a custom
+    format ...) may read anything from ``data_root``: not scanned."""
     prefix = ds.get('data_prefix', None)
+    kind = str(ds.get('type', '')).rpartition('.')[2]
+    segmentation = isinstance(prefix, dict) and isinstance(prefix.get('seg_map_path'), str)
+    if kind not in FOLDER_DATASETS and not segmentation:
+        return []
     join = (lambda p: p if (osp.isabs(p) or not root) else osp.join(root, p))
     img_suffix = ds.get('img_suffix', None)
     img_suffixes = (img_suffix.lower(), ) if isinstance(img_suffix, str) and img_suffix \

@@ -104,3 +104,12 @@ def test_train_py_stops_before_training(config, options, tmp_path, run_tool, rep
     assert 'missing data: train_dataloader.dataset' in lines[0] and 'no images' in lines[0]
     assert not osp.exists(str(tmp_path / 'wd')) or not any(
         f.endswith('.pth') for f in os.listdir(str(tmp_path / 'wd')))
+
+
+def test_other_dataset_types_are_not_scanned(tmp_path):
+    """A type that reads another format from data_root (CIFAR-10's pickled batches) is left
+    alone."""
+    (tmp_path / 'cifar-10-batches-py').mkdir()
+    (tmp_path / 'cifar-10-batches-py' / 'data_batch_1').write_bytes(b'x')
+    check_data_paths(_cfg(type='CIFAR10', data_root=str(tmp_path), split='train'),
+                     ('train_dataloader', ))

@@ -27,8 +27,8 @@ At sizes that need no padding (every stage map a multiple of 7 or at most 7 on a
 448×224) the two are the same. A side of the map that fits in one window takes the window to that
 side and is not shifted, as timm (and the original code) do at 224 classification, so the numerics
 equal timm's there; ``pad_small_map=True`` keeps the 7×7 window and the shift whatever the size
-(mmdet's behaviour: with ``window_padding='mmdet'`` and ``pad_small_map=True`` the features equal
-mmdet's ``SwinTransformer`` at every size). Tests: ``tests/test_models/test_swin_padding.py``
+(mmdet's behaviour, e.g. on the 7×7 stage 3 at 224: with ``window_padding='mmdet'`` and
+``pad_small_map=True`` the features equal mmdet's ``SwinTransformer`` at every size). Tests: ``tests/test_models/test_swin_padding.py``
 (every stage against mmdet's and timm's models, converted weights, at 320×256, 256×256, 320×320).
 """
 import math
