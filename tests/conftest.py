@@ -40,3 +40,23 @@ def run_tool():
 @pytest.fixture
 def repo_root():
     return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _forget_mmengine_loggers():
+    """Tests that run a tool in this process create mmengine loggers named after the config and
+    the second they start; a later run of the same config within that second would get the
+    earlier logger back, still writing to an earlier test's (closed) captured stream ("---
+    Logging error ---"). Drop the loggers a test created, so each run starts with its own."""
+    mmengine_logging = sys.modules.get('mmengine.logging')
+    before = set(mmengine_logging.MMLogger._instance_dict) if mmengine_logging else set()
+    yield
+    mmengine_logging = sys.modules.get('mmengine.logging')
+    if mmengine_logging is None:
+        return
+    instances = mmengine_logging.MMLogger._instance_dict
+    for name in set(instances) - before:
+        logger = instances.pop(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+            handler.close()
