@@ -20,10 +20,14 @@ gather becomes ONNX ``TopK`` + ``GatherElements``).
 
 The exporter is ``torch.onnx.export(..., dynamo=True)`` (torch.export + onnxscript), the default
 of torch ≥ 2.9; ``exporter='torchscript'`` selects the older tracer (``dynamo=False``). Why the
-default: both give the same outputs on every mmdcs model, but the TorchScript path is
-deprecated in torch 2.14 and writes the pruned MLP's channel scatter as Expand + ScatterElements +
-Add (1.9× slower in onnxruntime than the dynamo path's ScatterND, measured with
-``tools/deployment/benchmark_onnx.py``).
+default (measured with torch 2.14.1, onnxruntime 1.31.1): the TorchScript tracer is deprecated,
+and with a dynamic batch it bakes the traced batch size into MobileViT's unfold / fold and
+EfficientViT's attention reshapes, so onnxruntime's outputs at another batch are wrong (the
+parity check fails: ``pytorch2onnx.py ... --dynamic-batch --exporter torchscript``); the dynamo
+graphs are also 2-3x smaller (the pruned DeiT-Tiny: 556 nodes against 1448) and write the pruned
+MLP's channel scatter as one ScatterND instead of Expand + ScatterElements + Add. Its one
+drawback is export time (3-5x the tracer's). torch.export specialises a batch of 1, so a
+dynamic-batch export traces a batch of 2.
 
 The file is written to a temporary name in the target directory and renamed only after the
 export and the parity check succeeded, so a failed export never leaves a file under the
@@ -478,6 +482,15 @@ def postprocess(model: nn.Module, kind: str, outputs, data_samples: list) -> lis
 
 def evaluate_pair(cfg, model: nn.Module, onnx_path: str, max_batches: Optional[int] = None,
                   threads: Optional[int] = None) -> Dict[str, Any]:
+    """See :func:`_evaluate_pair`; runs under the config's default scope (its dataset,
+    transforms and metric types are unprefixed names of mmdet / mmseg)."""
+    from mmengine.registry import DefaultScope
+    with DefaultScope.overwrite_default_scope(cfg.get('default_scope', None) or 'mmdcs'):
+        return _evaluate_pair(cfg, model, onnx_path, max_batches, threads)
+
+
+def _evaluate_pair(cfg, model: nn.Module, onnx_path: str, max_batches: Optional[int] = None,
+                   threads: Optional[int] = None) -> Dict[str, Any]:
     """The config's test metric of the PyTorch model (``mode='predict'``) and of the ONNX model
     in onnxruntime + :func:`postprocess`, on the same preprocessed batches of the config's test
     set. Returns dict(pytorch=metrics, onnxruntime=metrics, images, seconds per side)."""
@@ -497,6 +510,7 @@ def evaluate_pair(cfg, model: nn.Module, onnx_path: str, max_batches: Optional[i
         ev.dataset_meta = loader.dataset.metainfo
         evaluators[side] = ev
     ort_model = OrtModel(onnx_path, threads)
+    agreement: Dict[str, float] = {}
     seconds = dict(pytorch=0., onnxruntime=0.)
     images = 0
     model.eval()
@@ -518,71 +532,92 @@ def evaluate_pair(cfg, model: nn.Module, onnx_path: str, max_batches: Optional[i
         t2 = time.perf_counter()
         seconds['pytorch'] += t1 - t0
         seconds['onnxruntime'] += t2 - t1
+        compare_predictions(kind, ref, got, agreement)
         evaluators['pytorch'].process(data_samples=ref, data_batch=batch)
         evaluators['onnxruntime'].process(data_samples=got, data_batch=batch)
     size = images if max_batches is not None else len(loader.dataset)
     return dict(pytorch=evaluators['pytorch'].evaluate(size),
                 onnxruntime=evaluators['onnxruntime'].evaluate(size), images=images,
-                seconds=seconds)
+                seconds=seconds, predictions=agreement)
+
+
+def compare_predictions(kind: str, ref: list, got: list, acc: Dict[str, float]) -> None:
+    """Accumulate the prediction-level agreement of two lists of data samples into ``acc``:
+    detector — images whose detections (count, labels) are identical, the largest box and score
+    difference among them, the detection counts; segmentor — pixels with the same class."""
+    for r, g in zip(ref, got):
+        if kind == 'detector':
+            a, b = r.pred_instances, g.pred_instances
+            acc['images'] = acc.get('images', 0) + 1
+            acc['detections_pytorch'] = acc.get('detections_pytorch', 0) + len(a)
+            acc['detections_onnxruntime'] = acc.get('detections_onnxruntime', 0) + len(b)
+            same = len(a) == len(b) and torch.equal(a.labels.cpu(), b.labels.cpu())
+            acc['identical_images'] = acc.get('identical_images', 0) + int(same)
+            if same and len(a):
+                acc['max_box_diff'] = max(acc.get('max_box_diff', 0.),
+                                          float((a.bboxes - b.bboxes).abs().max()))
+                acc['max_score_diff'] = max(acc.get('max_score_diff', 0.),
+                                            float((a.scores - b.scores).abs().max()))
+        else:
+            a, b = r.pred_sem_seg.data, g.pred_sem_seg.data
+            acc['pixels'] = acc.get('pixels', 0) + a.numel()
+            acc['same_pixels'] = acc.get('same_pixels', 0) + int((a == b).sum())
 
 
 # ----------------------------------------------------------------------------- graph cost
 def onnx_macs(path: str, batch: int = 1) -> Dict[str, int]:
-    """Multiply-accumulates of an ONNX graph per op type (MatMul, Gemm, Conv, ConvTranspose),
-    from onnx's shape inference; symbolic (dynamic) dimensions count as ``batch``.
+    """Multiply-accumulates per image of an ONNX graph by op type (MatMul, Gemm, Conv,
+    ConvTranspose) and their ``'total'``, from the shapes the graph really computes: the model
+    runs once in onnxruntime (no graph optimisation) on a zero input of batch ``batch`` with
+    every operand of those ops as an extra output (onnx's static shape inference loses the
+    token counts after the first reshape of a dynamic-batch graph).
 
     This is the deployed graph's own cost: a pruned graph whose linear layers were zero-padded
     to the full width would count the full width here."""
     import numpy as np
     import onnx
-    from onnx import numpy_helper, shape_inference
-    model = shape_inference.infer_shapes(onnx.load(path), data_prop=True)
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    model = onnx.load(path)
     g = model.graph
-    shapes: Dict[str, List[int]] = {}
-
-    def dims(t):
-        return [d.dim_value if d.HasField('dim_value') else batch
-                for d in t.type.tensor_type.shape.dim]
-
-    for t in list(g.input) + list(g.output) + list(g.value_info):
-        if t.type.HasField('tensor_type') and t.type.tensor_type.HasField('shape'):
-            shapes[t.name] = dims(t)
-    for init in g.initializer:
-        shapes[init.name] = list(init.dims)
-    for n in g.node:  # Constant nodes (weights the exporter wrote as constants)
-        if n.op_type == 'Constant' and n.attribute and n.attribute[0].name == 'value':
-            shapes[n.output[0]] = list(numpy_helper.to_array(n.attribute[0].t).shape)
-    macs: Dict[str, int] = {}
-
-    def add(op, v):
-        macs[op] = macs.get(op, 0) + int(v)
-
+    consts = {i.name: tuple(i.dims) for i in g.initializer}
     for n in g.node:
-        try:
-            if n.op_type == 'MatMul':
-                a, b = shapes[n.input[0]], shapes[n.input[1]]
-                out = shapes.get(n.output[0])
-                if out is None:
-                    continue
-                k = a[-1] if len(a) else 1
-                add('MatMul', int(np.prod(out)) * k)
-            elif n.op_type == 'Gemm':
-                a, out = shapes[n.input[0]], shapes[n.output[0]]
-                ta = next((at.i for at in n.attribute if at.name == 'transA'), 0)
-                k = a[0] if ta else a[1]
-                add('Gemm', int(np.prod(out)) * k)
-            elif n.op_type in ('Conv', 'ConvTranspose'):
-                w, out = shapes[n.input[1]], shapes[n.output[0]]
-                group = next((at.i for at in n.attribute if at.name == 'group'), 1)
-                per_out = int(np.prod(w[1:]))  # in/group × kernel
-                if n.op_type == 'Conv':
-                    add('Conv', int(np.prod(out)) * per_out)
-                else:
-                    x = shapes[n.input[0]]
-                    add('ConvTranspose', int(np.prod(x)) * int(np.prod(w[1:])) // max(group, 1)
-                        * group)
-        except (KeyError, IndexError):
-            continue
+        if n.op_type == 'Constant' and n.attribute and n.attribute[0].name == 'value':
+            consts[n.output[0]] = tuple(numpy_helper.to_array(n.attribute[0].t).shape)
+    ops = [n for n in g.node if n.op_type in ('MatMul', 'Gemm', 'Conv', 'ConvTranspose')]
+    wanted = []
+    have = {o.name for o in g.output}
+    for n in ops:
+        for name in list(n.input[:2]) + [n.output[0]]:
+            if name and name not in consts and name not in have and name not in wanted:
+                wanted.append(name)
+    for name in wanted:
+        g.output.append(onnx.ValueInfoProto(name=name))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=['CPUExecutionProvider'])
+    feeds = {}
+    for inp in sess.get_inputs():
+        shape = [d if isinstance(d, int) else batch for d in inp.shape]
+        feeds[inp.name] = np.zeros(shape, dtype=np.float32)
+    names = [o.name for o in sess.get_outputs()]
+    shapes = {k: tuple(v.shape) for k, v in zip(names, sess.run(names, feeds))}
+    shapes.update(consts)
+    macs: Dict[str, int] = {}
+    for n in ops:
+        a, w, out = shapes[n.input[0]], shapes[n.input[1]], shapes[n.output[0]]
+        if n.op_type == 'MatMul':
+            v = int(np.prod(out)) * (a[-1] if a else 1)
+        elif n.op_type == 'Gemm':
+            trans_a = next((at.i for at in n.attribute if at.name == 'transA'), 0)
+            v = int(np.prod(out)) * (a[0] if trans_a else a[1])
+        elif n.op_type == 'Conv':
+            v = int(np.prod(out)) * int(np.prod(w[1:]))
+        else:  # ConvTranspose: every input pixel meets the whole kernel of its group
+            v = int(np.prod(a)) * int(np.prod(w[1:]))
+        macs[n.op_type] = macs.get(n.op_type, 0) + v // batch
     macs['total'] = sum(macs.values())
     return macs
 

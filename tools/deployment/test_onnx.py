@@ -86,6 +86,16 @@ def run(args) -> dict:
     rows = compare(res)
     print(f'{res["images"]} test images; PyTorch {res["seconds"]["pytorch"]:.1f} s, onnxruntime '
           f'(+ post-processing in Python) {res["seconds"]["onnxruntime"]:.1f} s')
+    pred = res['predictions']
+    if 'pixels' in pred:
+        print(f"predictions: {pred['same_pixels'] / max(pred['pixels'], 1):.4%} of the pixels get "
+              'the same class')
+    elif 'images' in pred:
+        print(f"predictions: identical detections (count and labels) in "
+              f"{pred['identical_images']}/{pred['images']} images; "
+              f"{pred['detections_pytorch']} vs {pred['detections_onnxruntime']} detections; max "
+              f"box diff {pred.get('max_box_diff', 0.):.2e} px, max score diff "
+              f"{pred.get('max_score_diff', 0.):.2e}")
     print('| metric | PyTorch | onnxruntime | difference (points) |')
     print('|---|---|---|---|')
     for r in rows:
