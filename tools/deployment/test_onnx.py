@@ -53,7 +53,7 @@ def compare(metrics: dict) -> list:
         if k not in metrics['onnxruntime'] or not isinstance(v, (int, float)):
             continue
         w = metrics['onnxruntime'][k]
-        if isinstance(v, float) and v != v:  # nan (e.g. an absent size range)
+        if v != v or v == -1:  # nan / COCO's -1: no object of that size range
             continue
         rows.append(dict(metric=k, pytorch=points(k, v), onnxruntime=points(k, w),
                          diff=points(k, w) - points(k, v)))
