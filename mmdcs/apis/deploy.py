@@ -26,7 +26,7 @@ EfficientViT's attention reshapes, so onnxruntime's outputs at another batch are
 parity check fails: ``pytorch2onnx.py ... --dynamic-batch --exporter torchscript``); the dynamo
 graphs are also 2-3x smaller (the pruned DeiT-Tiny: 556 nodes against 1448) and write the pruned
 MLP's channel scatter as one ScatterND instead of Expand + ScatterElements + Add. Its one
-drawback is export time (3-5x the tracer's). torch.export specialises a batch of 1, so a
+drawback is export time (2-5x the tracer's here). torch.export specialises a batch of 1, so a
 dynamic-batch export traces a batch of 2.
 
 The file is written to a temporary name in the target directory and renamed only after the

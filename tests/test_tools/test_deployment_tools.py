@@ -203,3 +203,19 @@ def test_benchmark_onnx_interleaves_and_reports_the_graph_flops_ratio(tmp_path, 
     with pytest.raises(SystemExit) as e:
         bench.main([fixed, fixed, '--batch', '2'])
     assert e.value.code == 2 and '--dynamic-batch' in capsys.readouterr().err
+
+
+def test_metric_comparison_reads_numpy_scalars_and_points():
+    """mmseg's metrics are numpy scalars (in %), mmdet's COCO metrics fractions: both compared
+    in points; COCO's -1 (no object of a size range) is left out."""
+    import numpy as np
+    tool = _tool('test_onnx')
+    rows = tool.compare(dict(
+        pytorch={'mIoU': np.float32(8.37), 'coco/bbox_mAP': 0.0123, 'coco/bbox_mAP_l': -1.0,
+                 'name': 'x'},
+        onnxruntime={'mIoU': np.float32(8.37), 'coco/bbox_mAP': 0.0133, 'coco/bbox_mAP_l': -1.0,
+                     'name': 'x'}))
+    by = {r['metric']: r for r in rows}
+    assert sorted(by) == ['coco/bbox_mAP', 'mIoU']
+    assert by['mIoU']['diff'] == 0 and abs(by['mIoU']['pytorch'] - 8.37) < 1e-5
+    assert abs(by['coco/bbox_mAP']['diff'] - 0.1) < 1e-9

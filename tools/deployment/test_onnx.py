@@ -50,9 +50,12 @@ def points(key: str, value: float) -> float:
 def compare(metrics: dict) -> list:
     rows = []
     for k, v in metrics['pytorch'].items():
-        if k not in metrics['onnxruntime'] or not isinstance(v, (int, float)):
+        if k not in metrics['onnxruntime']:
             continue
-        w = metrics['onnxruntime'][k]
+        try:  # numbers of any kind (mmseg's are numpy scalars)
+            v, w = float(v), float(metrics['onnxruntime'][k])
+        except (TypeError, ValueError):
+            continue
         if v != v or v == -1:  # nan / COCO's -1: no object of that size range
             continue
         rows.append(dict(metric=k, pytorch=points(k, v), onnxruntime=points(k, w),
