@@ -6,6 +6,7 @@ next to the FLOPs ratio.
     # or an arch: baseline and a random subnet keeping --ratio of every block (the paper's
     # variant), both exported here (and timed in PyTorch too, for the same settings)
     python tools/deployment/benchmark_onnx.py --arch vit-s16 --ratio 0.7 [--shape 224 224]
+        [--multiple-of 8]
 
     common options: [--batch 1 16] [--threads 1 0] [--repeats 20] [--warmup 3]
                     [--work-dir DIR] [--json out.json]
@@ -43,6 +44,8 @@ def parse_args(argv=None):
                    'of this arch (e.g. vit-s16, swin-t, mobilevit-xs, efficientvit-b1)')
     p.add_argument('--ratio', type=float, default=0.7, help='kept ratio of the random subnet')
     p.add_argument('--subnet', help='with --arch: this subnet file instead of a random one')
+    p.add_argument('--multiple-of', type=int, default=1, metavar='N',
+                   help='with --arch: round the random subnet\'s widths up to a multiple of N')
     p.add_argument('--shape', type=int, nargs='+', metavar='N', help='input size H [W] '
                    '(--arch; default: the backbone\'s nominal size)')
     p.add_argument('--batch', type=int, nargs='+', default=[1, 16])
@@ -107,7 +110,8 @@ def export_pair(args, work_dir: str) -> dict:
     size = shape_arg(args.shape)
     try:
         base, sub, spec = build_pair(args.arch, args.ratio, subnet=args.subnet,
-                                     input_size=size, seed=args.seed)
+                                     input_size=size, seed=args.seed,
+                                     multiple_of=args.multiple_of)
     except (KeyError, ValueError) as e:
         raise UserError(f'--arch {args.arch}: {e}') from e
     from mmdcs.analysis.latency import _size
