@@ -620,22 +620,3 @@ def onnx_macs(path: str, batch: int = 1) -> Dict[str, int]:
         macs[n.op_type] = macs.get(n.op_type, 0) + v // batch
     macs['total'] = sum(macs.values())
     return macs
-
-
-def linear_weight_shapes(path: str) -> Dict[str, Tuple[int, ...]]:
-    """Shape of every weight (initializer or Constant) that a MatMul / Gemm reads, by name."""
-    import onnx
-    from onnx import numpy_helper
-    model = onnx.load(path)
-    g = model.graph
-    consts = {i.name: tuple(i.dims) for i in g.initializer}
-    for n in g.node:
-        if n.op_type == 'Constant' and n.attribute and n.attribute[0].name == 'value':
-            consts[n.output[0]] = tuple(numpy_helper.to_array(n.attribute[0].t).shape)
-    out = {}
-    for n in g.node:
-        if n.op_type in ('MatMul', 'Gemm'):
-            for name in n.input[1:2]:
-                if name in consts:
-                    out[name] = consts[name]
-    return out
