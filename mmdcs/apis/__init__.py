@@ -5,7 +5,9 @@ mmdcs imports it).
   DDP set-up, building the runner, and :func:`~.launch.user_errors` (one line and exit 2 for
   bad input);
 * :mod:`.subnet_io` — building a config's model, finding its mmdcs backbone, input sizes,
-  pruning a whole model's state dict to a subnet, the pruned checkpoint, printed summaries.
+  pruning a whole model's state dict to a subnet, the pruned checkpoint, printed summaries;
+* :mod:`.deploy` — ONNX export of any model of a config, the onnxruntime parity check, the
+  graph's MACs, and the evaluation of exported detectors / segmentors (``tools/deployment``).
 """
 from .launch import UserError, load_config, prepare_task, user_errors
 

@@ -1,0 +1,221 @@
+"""tools/deployment/pytorch2onnx.py and test_onnx.py: a classifier (dynamic batch, checkpoint),
+an SSDLite detector with a pruned DCS-MobileViT-XS backbone exported and evaluated in
+onnxruntime against PyTorch on the digit scenes, and the one-line errors (exit 2, no file left)
+for an op without an ONNX conversion and a missing checkpoint."""
+import json
+import os
+import os.path as osp
+
+import pytest
+import torch
+
+pytest.importorskip('onnx')
+pytest.importorskip('onnxruntime')
+pytest.importorskip('onnxscript')
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+ENV = dict(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
+
+CLS_CONFIG = """default_scope = 'mmpretrain'
+{imports}
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(type='mmdcs.ViT', arch='deit-tiny', img_size=32{subnet}),
+    neck={neck},
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=192))
+"""
+
+HIST_NECK = '''import torch
+import torch.nn as nn
+from mmpretrain.registry import MODELS
+
+
+@MODELS.register_module()
+class HistNeck(nn.Module):
+    """histc has no ONNX conversion."""
+
+    def forward(self, inputs):
+        return tuple(x + torch.histc(x, bins=4).sum() for x in inputs)
+'''
+
+
+def _config(root, name, neck='None', imports='', subnet=''):
+    path = osp.join(str(root), f'{name}.py')
+    with open(path, 'w') as f:
+        f.write(CLS_CONFIG.format(neck=neck, imports=imports, subnet=subnet))
+    return path
+
+
+def _ok(proc, what):
+    assert proc.returncode == 0, f'{what} (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n' \
+        f'{proc.stderr[-4000:]}'
+
+
+def _error_line(proc):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith('error:')]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+def test_classifier_with_checkpoint_dynamic_batch(tmp_path, run_tool):
+    from mmengine.config import Config
+
+    from mmdcs.apis.subnet_io import build_model, load_task_config
+    config = _config(tmp_path, 'deit')
+    cfg, scope = load_task_config(config)
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(config).model, scope)
+    ckpt = str(tmp_path / 'deit.pth')
+    torch.save({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
+    out = str(tmp_path / 'out' / 'deit.onnx')
+    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, ckpt, '--out', out,
+                     '--dynamic-batch'], env=ENV)
+    _ok(proc, 'pytorch2onnx.py')
+    assert 'logits' in proc.stdout and 'max abs diff' in proc.stdout
+    assert 'ONNX nodes' in proc.stdout and 'MiB' in proc.stdout
+    assert os.listdir(osp.dirname(out)) == ['deit.onnx']
+    # the file holds the checkpoint's weights: onnxruntime gives its logits at batch 3
+    from mmdcs.apis.deploy import OrtModel
+    model.eval()
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        ref = model(x, mode='tensor')
+    got = OrtModel(out)(x)
+    assert got.shape == (3, 10)
+    assert float((got - ref).abs().max()) <= 1e-4 * float(ref.abs().max())
+
+
+def test_unsupported_op_is_one_line_exit_2_and_no_file(tmp_path, run_tool):
+    with open(tmp_path / 'hist_neck.py', 'w') as f:
+        f.write(HIST_NECK)
+    config = _config(tmp_path, 'hist', neck="dict(type='HistNeck')",
+                     imports="custom_imports = dict(imports=['hist_neck'], "
+                     'allow_failed_imports=False)')
+    out = str(tmp_path / 'out' / 'hist.onnx')
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
+    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, '--out', out], env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = _error_line(proc)
+    assert "module 'neck' (HistNeck)" in line and 'aten::histc' in line, line
+    assert 'Traceback' not in proc.stderr
+    assert os.listdir(osp.dirname(out)) == []
+
+
+def test_missing_checkpoint_and_bad_out(tmp_path, run_tool):
+    config = _config(tmp_path, 'deit')
+    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, str(tmp_path / 'nope.pth'),
+                     '--out', str(tmp_path / 'm.onnx')], env=ENV)
+    assert proc.returncode == 2 and 'checkpoint not found' in _error_line(proc)
+    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, '--out',
+                     str(tmp_path / 'm.pt')], env=ENV)
+    assert proc.returncode == 2 and '.onnx' in _error_line(proc)
+    assert not [f for f in os.listdir(tmp_path) if 'onnx' in f]
+
+
+DET_CONFIG = 'configs/demo/ssdlite_dcs-mobilevit-xs_digits-scenes.py'
+
+
+def test_ssdlite_pruned_backbone_onnx_map_equals_pytorch(tiny_digits, tmp_path, run_tool):
+    """SSDLite with a pruned DCS-MobileViT-XS backbone: exported (dynamic batch), checked, and
+    evaluated on the digit scenes in onnxruntime + mmdet's post-processing in Python: the same
+    detections and COCO mAP as PyTorch."""
+    from mmdcs.analysis.complexity import random_subnet
+    from mmdcs.apis.subnet_io import build_model, load_task_config
+    spec = random_subnet('MobileViT', 'mobilevit-xs', 'dcs', 0.7, seed=0)
+    subnet = str(tmp_path / 'subnet.json')
+    spec.save(subnet)
+    scenes = osp.join(tiny_digits, 'scenes')
+    ann = osp.join(scenes, 'annotations', 'instances_val.json')
+    opts = [f'model.backbone.subnet={subnet}', 'model.backbone.init_cfg=None',
+            f'test_dataloader.dataset.data_root={scenes}', f'test_evaluator.ann_file={ann}',
+            'test_dataloader.num_workers=0', 'test_dataloader.persistent_workers=False',
+            'test_dataloader.batch_size=4',
+            # an untrained head scores every anchor about alike: keep the few best boxes
+            'model.test_cfg.score_thr=0.0', 'model.test_cfg.max_per_img=20']
+    cfg, scope = load_task_config(osp.join(ROOT, DET_CONFIG))
+    cfg.merge_from_dict({'model.backbone.subnet': subnet, 'model.backbone.init_cfg': None})
+    torch.manual_seed(0)
+    model = build_model(cfg.model, scope)
+    model.init_weights()
+    ckpt = str(tmp_path / 'ssd.pth')
+    torch.save({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
+    out = str(tmp_path / 'ssd.onnx')
+    proc = run_tool(['tools/deployment/pytorch2onnx.py', DET_CONFIG, ckpt, '--out', out,
+                     '--dynamic-batch', '--cfg-options'] + opts, env=ENV)
+    _ok(proc, 'pytorch2onnx.py')
+    assert 'cls_score0' in proc.stdout and 'bbox_pred3' in proc.stdout
+    metrics = str(tmp_path / 'metrics.json')
+    proc = run_tool(['tools/deployment/test_onnx.py', DET_CONFIG, ckpt, out, '--json', metrics,
+                     '--cfg-options'] + opts, env=ENV)
+    _ok(proc, 'test_onnx.py')
+    with open(metrics) as f:
+        res = json.load(f)
+    pred = res['predictions']
+    assert res['images'] == 6 and pred['images'] == 6
+    assert pred['detections_pytorch'] > 0
+    assert pred['identical_images'] == 6 and pred['max_box_diff'] < 1e-2
+    rows = {r['metric']: r for r in res['rows']}
+    assert abs(rows['coco/bbox_mAP']['diff']) <= 0.5
+    assert 'coco/bbox_mAP' in proc.stdout
+
+
+def _tool(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        f'mmdcs_tool_{name}', osp.join(ROOT, 'tools', 'deployment', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_onnx_interleaves_and_reports_the_graph_flops_ratio(tmp_path, capsys):
+    """Two small conv nets, the second with half the middle channels: every (threads, batch)
+    row has both latencies and the FLOPs ratio of the two graphs (their Conv MACs)."""
+    import torch.nn as nn
+
+    from mmdcs.apis.deploy import ExportWrapper, export_and_check
+    paths = {}
+    for name, mid in (('base', 32), ('pruned', 16)):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(3, mid, 3, padding=1), nn.ReLU(),
+                            nn.Conv2d(mid, 8, 3, padding=1)).eval()
+        paths[name] = str(tmp_path / f'{name}.onnx')
+        export_and_check(ExportWrapper(net, 'backbone'), torch.randn(1, 3, 16, 16), paths[name],
+                         dynamic_batch=True)
+    bench = _tool('benchmark_onnx')
+    out = str(tmp_path / 'bench.json')
+    rows = bench.main([paths['base'], paths['pruned'], '--batch', '1', '3', '--threads', '1',
+                       '--repeats', '3', '--warmup', '1', '--json', out])
+    # MACs per pixel: 3·9·mid + mid·9·8
+    ratio = (27 * 16 + 16 * 72) / (27 * 32 + 32 * 72)
+    assert [(r['threads'], r['batch']) for r in rows] == [(1, 1), (1, 3)]
+    for r in rows:
+        assert r['base_ms'] > 0 and r['pruned_ms'] > 0
+        assert abs(r['flops_ratio'] - ratio) < 1e-9
+        assert abs(r['latency_ratio'] - r['pruned_ms'] / r['base_ms']) < 1e-9
+    with open(out) as f:
+        assert len(json.load(f)['rows']) == 2
+    assert 'FLOPs ratio' in capsys.readouterr().out
+    # a fixed-batch file cannot be timed at other batches: one clear line, exit 2
+    fixed = str(tmp_path / 'fixed.onnx')
+    export_and_check(ExportWrapper(nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), 'backbone'),
+                     torch.randn(1, 3, 16, 16), fixed)
+    with pytest.raises(SystemExit) as e:
+        bench.main([fixed, fixed, '--batch', '2'])
+    assert e.value.code == 2 and '--dynamic-batch' in capsys.readouterr().err
+
+
+def test_metric_comparison_reads_numpy_scalars_and_points():
+    """mmseg's metrics are numpy scalars (in %), mmdet's COCO metrics fractions: both compared
+    in points; COCO's -1 (no object of a size range) is left out."""
+    import numpy as np
+    tool = _tool('test_onnx')
+    rows = tool.compare(dict(
+        pytorch={'mIoU': np.float32(8.37), 'coco/bbox_mAP': 0.0123, 'coco/bbox_mAP_l': -1.0,
+                 'name': 'x'},
+        onnxruntime={'mIoU': np.float32(8.37), 'coco/bbox_mAP': 0.0133, 'coco/bbox_mAP_l': -1.0,
+                     'name': 'x'}))
+    by = {r['metric']: r for r in rows}
+    assert sorted(by) == ['coco/bbox_mAP', 'mIoU']
+    assert by['mIoU']['diff'] == 0 and abs(by['mIoU']['pytorch'] - 8.37) < 1e-5
+    assert abs(by['coco/bbox_mAP']['diff'] - 0.1) < 1e-9

@@ -1,0 +1,235 @@
+"""onnxruntime CPU latency of a pruned ONNX model against its baseline, interleaved in one run,
+next to the FLOPs ratio.
+
+    # two exported files (tools/deployment/pytorch2onnx.py ... --dynamic-batch)
+    python tools/deployment/benchmark_onnx.py BASELINE.onnx PRUNED.onnx
+    # or an arch: baseline and a random subnet keeping --ratio of every block (the paper's
+    # variant), both exported here (and timed in PyTorch too, for the same settings)
+    python tools/deployment/benchmark_onnx.py --arch vit-s16 --ratio 0.7 [--shape 224 224]
+        [--multiple-of 8]
+
+    common options: [--batch 1 16] [--threads 1 0] [--repeats 20] [--warmup 3]
+                    [--work-dir DIR] [--json out.json]
+
+Timing: one onnxruntime CPU session per model and thread count (``intra_op_num_threads``; 0 =
+onnxruntime's default, all cores; graph optimisation ORT_ENABLE_ALL); the same random input
+for both models; ``warmup`` untimed runs each, then ``repeats`` rounds alternating the two
+models (and their order) so that a load change on a shared machine hits both alike; the median
+round, in ms per image. The FLOPs ratio is the ratio of the graphs' multiply-accumulates
+(MatMul, Gemm, Conv: :func:`mmdcs.apis.deploy.onnx_macs`), i.e. of what onnxruntime computes;
+with --arch the PyTorch count (mmengine) is printed beside it.
+"""
+import argparse
+import json
+import os
+import os.path as osp
+import statistics
+import sys
+import tempfile
+import time
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+from mmdcs.apis.launch import UserError, user_errors
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description='onnxruntime CPU latency: pruned vs baseline')
+    p.add_argument('baseline', nargs='?', help='baseline .onnx')
+    p.add_argument('pruned', nargs='?', help='pruned .onnx')
+    p.add_argument('--arch', help='instead of files: export the baseline and a random subnet '
+                   'of this arch (e.g. vit-s16, swin-t, mobilevit-xs, efficientvit-b1)')
+    p.add_argument('--ratio', type=float, default=0.7, help='kept ratio of the random subnet')
+    p.add_argument('--subnet', help='with --arch: this subnet file instead of a random one')
+    p.add_argument('--multiple-of', type=int, default=1, metavar='N',
+                   help='with --arch: round the random subnet\'s widths up to a multiple of N')
+    p.add_argument('--shape', type=int, nargs='+', metavar='N', help='input size H [W] '
+                   '(--arch; default: the backbone\'s nominal size)')
+    p.add_argument('--batch', type=int, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=int, nargs='+', default=[1, 0],
+                   help='intra-op threads; 0 = all cores (onnxruntime\'s default)')
+    p.add_argument('--repeats', type=int, default=20)
+    p.add_argument('--warmup', type=int, default=3)
+    p.add_argument('--no-pytorch', action='store_true',
+                   help='with --arch: do not time the PyTorch models')
+    p.add_argument('--work-dir', help='with --arch: keep the exported files here')
+    p.add_argument('--json', help='write the rows to this JSON file')
+    p.add_argument('--seed', type=int, default=0)
+    return p.parse_args(argv)
+
+
+def time_sessions(sessions: dict, x, warmup: int, repeats: int) -> dict:
+    """name → list of per-batch ms of ``repeats`` interleaved rounds."""
+    feeds = {n: {s.get_inputs()[0].name: x} for n, s in sessions.items()}
+    for _ in range(warmup):
+        for n, s in sessions.items():
+            s.run(None, feeds[n])
+    times = {n: [] for n in sessions}
+    names = list(sessions)
+    for r in range(repeats):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            t0 = time.perf_counter()
+            sessions[n].run(None, feeds[n])
+            times[n].append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def time_torch(models: dict, x, warmup: int, repeats: int, threads: int) -> dict:
+    from mmdcs.analysis.latency import time_models
+    t = time_models(models, x, warmup, repeats, 1, threads or os.cpu_count())
+    return {n: v['rounds'] for n, v in t.items()}
+
+
+def _check_batchable(path: str, batches) -> None:
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
+    if dim.HasField('dim_value') and any(b != dim.dim_value for b in batches):
+        raise UserError(f'{path} has a fixed batch of {dim.dim_value}; export it with '
+                        f'--dynamic-batch to time batches {list(batches)}')
+
+
+def input_shape(path: str):
+    import onnx
+    model = onnx.load(path, load_external_data=False)
+    return [d.dim_value if d.HasField('dim_value') else None
+            for d in model.graph.input[0].type.tensor_type.shape.dim]
+
+
+def export_pair(args, work_dir: str) -> dict:
+    """--arch: baseline and subnet backbones exported (dynamic batch, parity checked)."""
+    import torch
+
+    from mmdcs.analysis.complexity import count_flops
+    from mmdcs.analysis.latency import build_pair
+    from mmdcs.apis.deploy import ExportWrapper, export_and_check, set_export_mode_
+    from mmdcs.apis.subnet_io import shape_arg
+    size = shape_arg(args.shape)
+    try:
+        base, sub, spec = build_pair(args.arch, args.ratio, subnet=args.subnet,
+                                     input_size=size, seed=args.seed,
+                                     multiple_of=args.multiple_of)
+    except (KeyError, ValueError) as e:
+        raise UserError(f'--arch {args.arch}: {e}') from e
+    from mmdcs.analysis.latency import _size
+    size = _size(size, args.arch)
+    out = {}
+    for name, m in (('baseline', base), ('pruned', sub)):
+        set_export_mode_(m)
+        g = torch.Generator().manual_seed(args.seed)
+        x = torch.randn((1, 3) + tuple(size), generator=g)
+        path = osp.join(work_dir, f'{args.arch}_{name}.onnx')
+        res = export_and_check(ExportWrapper(m, 'backbone'), x, path, dynamic_batch=True,
+                               check_inputs=torch.cat([x, x.flip(0) * .5]))
+        worst = max(r['rel'] for r in res['parity'])
+        print(f'exported {name}: {path} ({res["summary"]["nodes"]} nodes, parity: max '
+              f'relative diff {worst:.1e})')
+        out[name] = dict(path=path, model=m, torch_flops=count_flops(m, size),
+                         parity_rel=worst)
+    out['size'] = size
+    out['kept_ratio'] = spec.kept_ratio
+    return out
+
+
+def run(args) -> list:
+    import numpy as np
+
+    from mmdcs.apis.deploy import onnx_macs, ort_session
+    if args.arch is None and (args.baseline is None or args.pruned is None):
+        raise UserError('give BASELINE.onnx PRUNED.onnx, or --arch ARCH')
+    if args.arch is not None and args.baseline is not None:
+        raise UserError('give either two .onnx files or --arch, not both')
+    if args.repeats < 1 or args.warmup < 0 or any(b < 1 for b in args.batch) or any(
+            t < 0 for t in args.threads):
+        raise UserError('--repeats >= 1, --warmup >= 0, --batch >= 1, --threads >= 0')
+    pair = None
+    tmp = None
+    if args.arch is not None:
+        work_dir = args.work_dir or tempfile.mkdtemp(prefix='mmdcs_bench_onnx_')
+        tmp = None if args.work_dir else work_dir
+        os.makedirs(work_dir, exist_ok=True)
+        pair = export_pair(args, work_dir)
+        paths = dict(baseline=pair['baseline']['path'], pruned=pair['pruned']['path'])
+    else:
+        paths = dict(baseline=args.baseline, pruned=args.pruned)
+        for p in paths.values():
+            if not osp.isfile(p):
+                raise UserError(f'ONNX file not found: {p}')
+    for p in paths.values():
+        _check_batchable(p, args.batch)
+    shapes = {n: input_shape(p) for n, p in paths.items()}
+    if shapes['baseline'][1:] != shapes['pruned'][1:]:
+        raise UserError(f'the two models take different inputs: {shapes["baseline"]} vs '
+                        f'{shapes["pruned"]}')
+    macs = {n: onnx_macs(p)['total'] for n, p in paths.items()}
+    flops_ratio = macs['pruned'] / macs['baseline']
+    print(f'graph MACs per image: baseline {macs["baseline"] / 1e9:.3f} G, pruned '
+          f'{macs["pruned"] / 1e9:.3f} G, ratio {flops_ratio:.3f}')
+    if pair is not None:
+        tr = pair['pruned']['torch_flops'] / pair['baseline']['torch_flops']
+        print(f'PyTorch FLOPs (mmengine): baseline {pair["baseline"]["torch_flops"] / 1e9:.3f} '
+              f'G, pruned {pair["pruned"]["torch_flops"] / 1e9:.3f} G, ratio {tr:.3f}')
+    rows = []
+    rng = np.random.default_rng(args.seed)
+    chw = [int(d) for d in shapes['baseline'][1:]]
+    for threads in args.threads:
+        sessions = {n: ort_session(p, threads or None) for n, p in paths.items()}
+        for b in args.batch:
+            x = rng.standard_normal([b] + chw).astype(np.float32)
+            t = time_sessions(sessions, x, args.warmup, args.repeats)
+            row = dict(runtime='onnxruntime', threads=threads or os.cpu_count(), batch=b,
+                       base_ms=statistics.median(t['baseline']) / b,
+                       pruned_ms=statistics.median(t['pruned']) / b)
+            if pair is not None and not args.no_pytorch:
+                import torch
+                tt = time_torch({'baseline': pair['baseline']['model'],
+                                 'pruned': pair['pruned']['model']}, torch.from_numpy(x),
+                                args.warmup, args.repeats, threads)
+                row.update(torch_base_ms=statistics.median(tt['baseline']) / b,
+                           torch_pruned_ms=statistics.median(tt['pruned']) / b)
+            row['latency_ratio'] = row['pruned_ms'] / row['base_ms']
+            row['flops_ratio'] = flops_ratio
+            rows.append(row)
+    print(format_rows(rows, paths, args))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(paths=paths, macs=macs, rows=rows, repeats=args.repeats,
+                           date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())), f, indent=1)
+    if tmp is not None:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
+
+
+def format_rows(rows, paths, args) -> str:
+    torch_cols = any('torch_base_ms' in r for r in rows)
+    head = '| threads | batch | ORT baseline ms/img | ORT pruned ms/img | ORT ratio |'
+    sep = '|---|---|---|---|---|'
+    if torch_cols:
+        head += ' PyTorch baseline ms/img | PyTorch pruned ms/img | PyTorch ratio |'
+        sep += '---|---|---|'
+    head += ' FLOPs ratio |'
+    sep += '---|'
+    lines = [f'{paths["baseline"]} vs {paths["pruned"]} (median of {args.repeats} interleaved '
+             'rounds)', head, sep]
+    for r in rows:
+        line = (f"| {r['threads']} | {r['batch']} | {r['base_ms']:.2f} | {r['pruned_ms']:.2f} | "
+                f"{r['latency_ratio']:.3f} |")
+        if torch_cols:
+            line += (f" {r['torch_base_ms']:.2f} | {r['torch_pruned_ms']:.2f} | "
+                     f"{r['torch_pruned_ms'] / r['torch_base_ms']:.3f} |")
+        line += f" {r['flops_ratio']:.3f} |"
+        lines.append(line)
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    with user_errors():
+        return run(parse_args(argv))
+
+
+if __name__ == '__main__':
+    main()
