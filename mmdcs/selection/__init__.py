@@ -8,7 +8,7 @@
 * :mod:`.cost` — the differentiable cost model of the search
 """
 from .attention import DCSAttention
-from .cost import COST_MODES, CostModel, CostTerm
+from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
 from .gates import BinaryGumbelGate
 from .mlp import GatedMLP, PrunedMLP
 from .selectors import DEFAULT_GATE_INIT, ChannelSelector, QKChannelSelector
@@ -20,6 +20,7 @@ from .utils import arch_parameters, gates, set_temperature
 __all__ = [
     'BinaryGumbelGate', 'ChannelSelector', 'QKChannelSelector', 'DEFAULT_GATE_INIT',
     'DCSAttention', 'GatedMLP', 'PrunedMLP', 'CostModel', 'CostTerm', 'COST_MODES',
+    'EXPECTATIONS',
     'SUBNET_FORMAT', 'BlockSelection', 'SubnetSpec', 'SubnetError', 'export_subnet',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
     'arch_parameters', 'gates', 'set_temperature'
