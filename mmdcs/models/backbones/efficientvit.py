@@ -421,7 +421,8 @@ class EfficientViT(SelectableBackbone):
                 next_conv = block.local_module.main.inverted_conv.conv
                 terms.append(CostTerm(attn.select, mlp_layers=1,
                                       conv_hwc=float(hw * next_conv.out_channels),
-                                      flops_per_channel=float(hw * attn.proj.conv.out_channels)))
+                                      flops_per_channel=float(hw * attn.proj.conv.out_channels),
+                                      params_per_channel=float(attn.proj.conv.out_channels)))
         return terms
 
     # ----------------------------------------------------------------- checkpoints
