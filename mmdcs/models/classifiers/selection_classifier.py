@@ -200,11 +200,13 @@ class ChannelSelectionClassifier(ImageClassifier):
         return out
 
     def budget_terms(self, update: bool = True) -> Dict[str, torch.Tensor]:
-        """The budget constraint E[count]/budget ≤ 1 by a Lagrange multiplier μ (method.md §11):
-        the loss is ``μ·(E[count]/budget − 1)``, then μ ← max(0, μ + ρ·(E[count]/budget − 1))
-        (dual ascent, once per architecture step). E[count] is the exact count of the network
-        (calibrated against mmengine) at E[D̃_j] = Σ sigmoid(α). Logged: ``cost_ratio``
-        (E[count] over the baseline's count), ``cost_mu`` (μ, before this step's update)."""
+        """The budget as an equality constraint count = budget, by a Lagrange multiplier μ
+        (method of multipliers, docs/budgets.md): with v = count/budget − 1 the loss is
+        ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). ``count`` has the
+        value of the deployed network's exact count ({α > 0}) and the gradient of the expected
+        count at E[D̃_j] = Σ sigmoid(α) (straight-through). Logged: ``cost_ratio`` (expected
+        count / baseline), ``cost_ratio_kept`` (deployed / baseline), ``cost_mu`` (μ before
+        this step's update)."""
         t = self.cost_cfg['target']
         expected = self._budget.expected(self._selectors, self.cost_cfg['expectation'])
         kept = self._budget.at({n: int((s.alpha.detach() > 0).sum())
