@@ -178,13 +178,21 @@ class Demo:
         self.cls_root = osp.join(args.data, 'cls')
         self.rows = []
         self.downstream_rows = []
+        #: row name → (config, cfg-options) of the main table's classifiers, for the latency
+        self.models = {}
         self.peer_rows = []
+
+    def images(self):
+        n = self.args.train_images
+        return f' on the first {n} training images' if n else ''
 
     def data_opts(self, epochs):
         root = self.cls_root
         return [f'train_dataloader.dataset.data_root={root}',
                 f'val_dataloader.dataset.data_root={root}',
-                f'test_dataloader.dataset.data_root={root}', f'train_cfg.max_epochs={epochs}']
+                f'test_dataloader.dataset.data_root={root}', f'train_cfg.max_epochs={epochs}'] + (
+                    [f'train_dataloader.dataset.indices={self.args.train_images}']
+                    if self.args.train_images else [])
 
     def train(self, name, config, epochs, extra=()):
         work_dir = osp.join(self.work, name)
@@ -248,6 +256,7 @@ class Demo:
         top1 = self.evaluate('baseline', cfg, work_dir)
         params, flops = self.complexity(cfg)
         self.rows.append(('MobileViT-XS (baseline)', params, flops, top1, '—'))
+        self.models[self.rows[-1][0]] = (cfg, [])
         return cfg, work_dir
 
     def method(self, kind, arch='mobilevit-xs', step=None, rows=None):
@@ -315,13 +324,15 @@ class Demo:
             f'{split}_dataloader.dataset.data_root={scenes}'
             for split in ('train', 'val', 'test')]
         ann = osp.join(scenes, 'annotations', 'instances_val.json')
-        quick = self.args.quick
+        det, seg = self.args.det_epochs, self.args.seg_iters
         tasks = (
             ('det', 'configs/demo/ssdlite_dcs-mobilevit-xs_digits-scenes.py',
              [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'] +
-             (['train_cfg.max_epochs=1'] if quick else []), 'coco/bbox_mAP', 'SSDLite, bbox mAP'),
+             [f'train_cfg.max_epochs={det}', f'param_scheduler.1.T_max={det}',
+              f'param_scheduler.1.end={det}'], 'coco/bbox_mAP', f'SSDLite, {det} epochs, bbox mAP'),
             ('seg', 'configs/demo/fcn_dcs-mobilevit-xs_digits-scenes.py',
-             ['train_cfg.max_iters=20'] if quick else [], 'mIoU', 'Semantic-FPN, mIoU'),
+             [f'train_cfg.max_iters={seg}', f'param_scheduler.1.T_max={seg}',
+              f'param_scheduler.1.end={seg}'], 'mIoU', f'Semantic-FPN, {seg} iterations, mIoU'),
         )
         for name, cfg, extra, key, label in tasks:
             work_dir = osp.join(self.work, name)
@@ -402,7 +413,8 @@ class Demo:
             target = self.target('configs/demo/dcs-deit-tiny_search_digits.py')
             print('\n== DCS, KCR, magnitude pruning (all three at '
                   f'{target} of the baseline FLOPs), OFB and DynamicViT on DeiT-Tiny (digits val '
-                  f'set, 64×64, {self.args.epochs} epochs per run; FLOPs by mmengine.analysis; '
+                  f'set, 64×64, {self.args.epochs} epochs per run{self.images()}; FLOPs by '
+                  'mmengine.analysis; '
                   'CPU latency at batch 16, 1 thread, median)')
             print('| model | params (M) | FLOPs (M) | latency (ms/img) | val top-1 (%) | notes |')
             print('|---|---|---|---|---|---|')
@@ -413,13 +425,19 @@ class Demo:
             return
         target = self.target('configs/demo/dcs-mobilevit-xs_search_digits.py')
         print('\n== results (digits val set, 64×64, '
-              f'{self.args.epochs} epochs per run; FLOPs counted by mmengine.analysis; DCS, KCR '
+              f'{self.args.epochs} epochs per run{self.images()}; FLOPs counted by '
+              'mmengine.analysis; DCS, KCR '
               f'and magnitude pruning at {target} of the baseline FLOPs, retrained on one '
               'schedule)')
-        print('| model | params (M) | FLOPs (M) | val top-1 (%) | IB / KC (last epoch) |')
-        print('|---|---|---|---|---|')
-        for name, params, flops, top1, report in self.rows:
-            print(f'| {name} | {params:.3f} | {flops:.1f} | {top1:.2f} | {report} |')
+        ms = self.latencies(self.models) if self.models else [float('nan')] * len(self.rows)
+        print('| model | params (M) | FLOPs (M) | latency (ms/img) | val top-1 (%) | '
+              'IB / KC (last epoch) |')
+        print('|---|---|---|---|---|---|')
+        for (name, params, flops, top1, report), t in zip(self.rows, ms):
+            print(f'| {name} | {params:.3f} | {flops:.1f} | {t:.2f} | {top1:.2f} | {report} |')
+        if self.models:
+            print('(latency: CPU, eval, batch 16 at 64×64, 1 thread, median of interleaved '
+                  'rounds)')
         if self.downstream_rows:
             print('\n| downstream (digit scenes, 128×128, DCS-MobileViT-XS subnet backbone) '
                   '| metric | value |')
@@ -434,18 +452,32 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
-    parser.add_argument('--epochs', type=int, default=4,
-                        help='epochs of every classification run')
+    # the length of the main demo (≤ 10 min on 2 cores is the aim): 3 epochs on the first 1,000
+    # of the 1,438 training digits per classification run, 6 SSDLite epochs, 150 FPN iterations;
+    # --peers: 4 epochs on all the digits (a DeiT from scratch needs them)
+    parser.add_argument('--epochs', type=int, default=None,
+                        help='epochs of every classification run (default: 3; --peers: 4)')
+    parser.add_argument('--train-images', type=int, default=None, metavar='N',
+                        help='train the classifiers on the first N training images (0: all; '
+                        'default: 1000; --peers: all)')
+    parser.add_argument('--det-epochs', type=int, default=6,
+                        help='SSDLite epochs (default: %(default)s)')
+    parser.add_argument('--seg-iters', type=int, default=150,
+                        help='Semantic-FPN iterations (default: %(default)s)')
     parser.add_argument('--peers', action='store_true',
-                        help='instead of the main job: compare DCS, KCR, OFB and DynamicViT on '
-                        'DeiT-Tiny (same data, epochs, weight lr); prints params, FLOPs, CPU '
-                        'latency and top-1 of each final model')
+                        help='instead of the main job: compare DCS, KCR, magnitude pruning, OFB '
+                        'and DynamicViT on DeiT-Tiny (same data, epochs, weight lr); prints '
+                        'params, FLOPs, CPU latency and top-1 of each final model')
     parser.add_argument('--quick', action='store_true',
                         help='a smoke run of every step: 1 epoch of each classification run, '
                         '1 detection epoch, 20 segmentation iterations')
     args = parser.parse_args()
+    if args.epochs is None:
+        args.epochs = 4 if args.peers else 3
+    if args.train_images is None:
+        args.train_images = 0 if args.peers else 1000
     if args.quick:
-        args.epochs = 1
+        args.epochs, args.det_epochs, args.seg_iters = 1, 1, 20
     demo = Demo(args)
     t0 = time.time()
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)
@@ -455,9 +487,10 @@ def main():
         demo.peers()
     else:
         base_cfg, base_dir = demo.baseline()
-        demo.method('dcs')
-        demo.method('kcr')
-        demo.magnitude(base_cfg, base_dir)
+        for run_step in (lambda: demo.method('dcs'), lambda: demo.method('kcr'),
+                         lambda: demo.magnitude(base_cfg, base_dir)):
+            config, opts, _ = run_step()
+            demo.models[demo.rows[-1][0]] = (config, opts)
         demo.downstream()
     demo.table()
     print(f'\ndemo finished in {(time.time() - t0) / 60:.1f} min; work dirs under {args.work_dir}')
