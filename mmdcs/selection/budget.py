@@ -148,13 +148,15 @@ def select_to_budget(scores: Dict[str, Tensor], cost: LinearCost, budget: float,
 
 def magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
     """Block name → L2 norm of each selected channel's weights (``channel_norms()`` of every
-    prunable module: an MLP channel's fc1 column and fc2 row), the magnitude pruner's score."""
+    prunable module: an MLP channel's fc1 column and fc2 row; EfficientViT's ``proj`` column),
+    the magnitude pruner's score."""
     out = {}
     for name, m in prunable_modules(model).items():
         norms = getattr(m, 'channel_norms', None)
         if norms is None:
-            raise BudgetError(f'magnitude pruning: {type(m).__name__} ({name}) has no channel '
-                              'norms; it supports the MLP channels of ViT, Swin and MobileViT')
+            raise BudgetError(f'magnitude pruning: {type(m).__name__} ({name}) has no '
+                              'channel_norms(); it supports the MLPs of ViT, Swin and MobileViT '
+                              'and the attention outputs of EfficientViT')
         out[name] = norms()
     return out
 

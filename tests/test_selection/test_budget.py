@@ -67,3 +67,13 @@ def test_magnitude_scores_are_the_l2_norm_of_fc1_column_and_fc2_row():
                          method='magnitude')
     assert spec.blocks[0].keep == sorted(norms.argsort(descending=True)[:4].tolist())
     assert spec.meta['budget']['achieved'] == 600. and spec.meta['method'] == 'magnitude'
+
+
+def test_magnitude_scores_of_efficientvit_are_the_proj_column_norms():
+    from mmdcs.models.backbones.efficientvit import EfficientViT
+    model = EfficientViT('efficientvit-b0', 'dcs-arch2')
+    scores = magnitude_scores(model)
+    assert scores and len(scores) == len([t for t in model.cost_terms()])
+    name, s = next(iter(scores.items()))
+    w = model.get_submodule(name).proj.conv.weight
+    assert torch.allclose(s, w.detach().flatten(1).t().norm(dim=1))

@@ -231,6 +231,11 @@ class LiteMLA(nn.Module):
         out.load_state_dict(state)
         return out.to(self.proj.conv.weight.device).train(self.training)
 
+    def channel_norms(self) -> Tensor:
+        """L2 norm of the ``proj`` weights that read each selected channel (the magnitude
+        pruner's score, :mod:`mmdcs.selection.budget`)."""
+        return self.proj.conv.weight.detach().float().pow(2).sum(dim=(0, 2, 3)).sqrt()
+
     @property
     def kept(self) -> int:
         return self.cat_dim if self.keep is None else self.keep.numel()
