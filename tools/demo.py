@@ -1,27 +1,36 @@
-"""The main job of mmdcs, end to end on the embedded digits data (CPU; ~15 minutes on 2 cores):
+"""The main job of mmdcs, end to end on the embedded digits data (CPU, 2 cores):
 
   1. data: build the digits datasets (classification + detection/segmentation scenes);
   2. baseline: train and evaluate a MobileViT-XS classifier;
-  3. DCS: search a DCS-MobileViT-XS supernet (alternating weight/α steps, cost term, τ decay),
-     export the subnet, retrain it with the IB bound (EMA weights), evaluate;
+  3. DCS: search a DCS-MobileViT-XS supernet aimed at a FLOPs budget (the search config's
+     ``cost.target``: alternating weight/α steps, a Lagrange multiplier, τ decay), export the
+     subnet at exactly that budget, retrain it with the IB bound (EMA weights), evaluate;
   4. KCR: the same with a KCR supernet and the KCR loss;
-  5. downstream: fine-tune an SSDLite detector and a Semantic-FPN segmenter on the digit scenes
+  5. magnitude: the baseline to beat, at the same budget: the trained baseline's MLP channels
+     ranked by weight norm per unit of FLOPs (``export_subnet.py --method magnitude``),
+     retrained on the same schedule (cross-entropy only), evaluated;
+  6. downstream: fine-tune an SSDLite detector and a Semantic-FPN segmenter on the digit scenes
      with the DCS subnet as backbone (built from the exported file, initialised from the
      retrained classifier), and report their COCO mAP (mmdet's CocoMetric) and mIoU;
-  6. print the tables: params, FLOPs, val top-1, the IB / kernel-complexity reports; mAP, mIoU.
+  7. print the tables: params, FLOPs, val top-1, the IB / kernel-complexity reports; mAP, mIoU.
+
+While a step runs, one line shows where it is (epoch / iteration of that step, elapsed time and
+mmengine's ETA). The val top-1 of a run is its last validation (the EMA weights where the config
+has EMA, the last epoch's checkpoint: what ``tools/test.py`` gives on the same val set).
 
 Every step is an ordinary command of this repository (printed as it runs), with its log under
 --work-dir. Run it with `make demo`, which sets up the environment first.
 
-`--peers` runs the comparison of the four methods on one backbone instead (`make demo-peers`):
-a DeiT-Tiny baseline, DCS and KCR (search -> export -> retrain), OFB (search -> export ->
-fine-tune) and DynamicViT (distilled from the baseline), then a table of params, FLOPs, CPU
-latency and top-1 of every final model.
+`--peers` runs the comparison of the methods on one backbone instead (`make demo-peers`):
+a DeiT-Tiny baseline, DCS, KCR and magnitude pruning at one FLOPs budget (search -> export ->
+retrain), OFB (search -> export -> fine-tune) and DynamicViT (distilled from the baseline), then
+a table of params, FLOPs, CPU latency and top-1 of every final model.
 """
 import argparse
 import json
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 import time
@@ -34,12 +43,91 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def run(cmd, log_path):
-    """Run one step with its output in a log file; stop with the log's tail if it fails."""
+#: mmengine's training log lines: "Epoch(train)  [2][10/45] ... eta: 0:01:02" (epoch-based) and
+#: "Iter(train) [ 40/300] ... eta: ..." (iteration-based)
+_EPOCH_LINE = re.compile(r'Epoch\((train|val|test)\)\s*\[(\d+)\]\s*\[\s*(\d+)/(\d+)\]')
+_ITER_LINE = re.compile(r'Iter\((train|val|test)\)\s*\[\s*(\d+)/(\d+)\]')
+_ETA = re.compile(r'eta: (?:(\d+) days?, )?(\d+):(\d+):(\d+)')
+
+
+def _clock(seconds):
+    seconds = int(max(0, seconds))
+    return f'{seconds // 60}:{seconds % 60:02d}'
+
+
+class Progress:
+    """One line that follows a step's log: epoch / iteration, elapsed, ETA (mmengine's, of the
+    training part). Rewritten in place on a terminal, printed every ``every`` s otherwise."""
+
+    def __init__(self, log_path, epochs=None, every=30.):
+        self.log_path, self.epochs, self.every = log_path, epochs, every
+        self.offset, self.state, self.eta, self.width = 0, '', None, 0
+        self.tty = sys.stdout.isatty()
+        self.last_print = time.time()
+
+    def _read(self):
+        try:
+            with open(self.log_path, 'rb') as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        data = data[:data.rfind(b'\n') + 1]  # whole lines only; the rest is read next time
+        self.offset += len(data)
+        for line in data.decode(errors='replace').splitlines():
+            m = _EPOCH_LINE.search(line)
+            if m:
+                phase, epoch, i, n = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+                of = f'/{self.epochs}' if self.epochs else ''
+                self.state = (f'epoch {epoch}{of}, iter {i}/{n}' if phase == 'train' else
+                              f'epoch {epoch}{of}, validating {i}/{n}')
+            else:
+                m = _ITER_LINE.search(line)
+                if m:
+                    phase = m.group(1)
+                    self.state = (f'iter {m.group(2)}/{m.group(3)}' if phase == 'train'
+                                  else f'validating {m.group(2)}/{m.group(3)}')
+            eta = _ETA.search(line)
+            if eta and '(train)' in line:
+                d, h, m, sec = (int(g or 0) for g in eta.groups())
+                self.eta = (((d * 24 + h) * 60 + m) * 60 + sec, time.time())
+
+    def update(self, elapsed):
+        self._read()
+        text = f'  .. {self.state or "starting"} | {_clock(elapsed)} elapsed'
+        if self.eta is not None:
+            text += f' | ETA {_clock(self.eta[0] - (time.time() - self.eta[1]))}'
+        if self.tty:
+            pad = max(0, self.width - len(text))
+            sys.stdout.write('\r' + text + ' ' * pad)
+            sys.stdout.flush()
+            self.width = len(text)
+        elif time.time() - self.last_print >= self.every:
+            print(text, flush=True)
+            self.last_print = time.time()
+
+    def finish(self):
+        if self.tty and self.width:
+            sys.stdout.write('\r' + ' ' * self.width + '\r')
+            sys.stdout.flush()
+
+
+def run(cmd, log_path, epochs=None):
+    """Run one step with its output in a log file, showing its progress on one line; stop with
+    the log's tail if it fails."""
     print('$ ' + ' '.join(cmd), flush=True)
     t0 = time.time()
+    progress = Progress(log_path, epochs)
     with open(log_path, 'w') as log:
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while proc.poll() is None:
+                time.sleep(1.)
+                progress.update(time.time() - t0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            progress.finish()
     if proc.returncode != 0:
         with open(log_path) as f:
             tail = f.read()[-4000:]
@@ -64,6 +152,19 @@ def last_scalars(work_dir):
     return values
 
 
+def last_validation(work_dir):
+    """The last line of the run's scalars.json with a val top-1 (its ``step`` is the epoch)."""
+    found = None
+    for root, _, files in os.walk(work_dir):
+        if 'scalars.json' in files:
+            with open(osp.join(root, 'scalars.json')) as f:
+                for line in f:
+                    entry = json.loads(line)
+                    if 'accuracy/top1' in entry:
+                        found = entry
+    return found
+
+
 ARCH_LABELS = {'mobilevit-xs': 'MobileViT-XS', 'deit-tiny': 'DeiT-Tiny'}
 
 
@@ -77,27 +178,67 @@ class Demo:
         self.cls_root = osp.join(args.data, 'cls')
         self.rows = []
         self.downstream_rows = []
+        #: row name → (config, cfg-options) of the main table's classifiers, for the latency
+        self.models = {}
         self.peer_rows = []
+
+    def images(self):
+        n = self.args.train_images
+        return f' on the first {n} training images' if n else ''
 
     def data_opts(self, epochs):
         root = self.cls_root
         return [f'train_dataloader.dataset.data_root={root}',
                 f'val_dataloader.dataset.data_root={root}',
-                f'test_dataloader.dataset.data_root={root}', f'train_cfg.max_epochs={epochs}']
+                f'test_dataloader.dataset.data_root={root}', f'train_cfg.max_epochs={epochs}'] + (
+                    [f'train_dataloader.dataset.indices={self.args.train_images}']
+                    if self.args.train_images else [])
 
     def train(self, name, config, epochs, extra=()):
         work_dir = osp.join(self.work, name)
         run([self.py, 'tools/train.py', config, '--work-dir', work_dir, '--cfg-options'] +
-            self.data_opts(epochs) + list(extra), osp.join(self.work, f'{name}_train.log'))
+            self.data_opts(epochs) + list(extra), osp.join(self.work, f'{name}_train.log'),
+            epochs)
         return work_dir
 
     def evaluate(self, name, config, work_dir, extra=()):
+        """Val top-1 of the run's last checkpoint: its last validation (after the last epoch,
+        with the EMA weights where the config has EMA: what tools/test.py gives on the same val
+        set, without a second process); tools/test.py when the log has none."""
+        last = last_validation(work_dir)
+        if last is not None and last.get('step') == self.args.epochs:
+            return last['accuracy/top1']
         metrics_path = osp.join(work_dir, 'test_metrics.json')
         run([self.py, 'tools/test.py', config, last_checkpoint(work_dir), '--work-dir', work_dir,
              '--metrics-out', metrics_path, '--cfg-options'] + self.data_opts(1)[2:3] +
             list(extra), osp.join(self.work, f'{name}_test.log'))
         with open(metrics_path) as f:
             return json.load(f)['accuracy/top1']
+
+    @staticmethod
+    def target(search_cfg):
+        """The FLOPs budget of a demo search config (``model.cost.target.flops``), which the
+        export and the magnitude pruner meet too."""
+        from mmengine.config import Config
+        return Config.fromfile(osp.join(ROOT, search_cfg)).model.cost.target.flops
+
+    def export(self, tag, config, checkpoint, target, method='alpha'):
+        """subnet.json at ``target`` of the baseline FLOPs; returns (path, spec dict)."""
+        subnet_dir = osp.join(self.work, f'{tag}_subnet')
+        run([self.py, 'tools/export_subnet.py', config, checkpoint, '--out', subnet_dir,
+             '--target-flops', str(target), '--method', method],
+            osp.join(self.work, f'{tag}_export.log'))
+        subnet = osp.join(subnet_dir, 'subnet.json')
+        with open(subnet) as f:
+            spec = json.load(f)
+        kept = sum(b['kept'] for b in spec['blocks'])
+        total = sum(b['dim'] for b in spec['blocks'])
+        achieved = spec['meta']['budget']['measured']['flops']['ratio']
+        print(f'  subnet: {kept}/{total} MLP channels kept '
+              f'({sum(b["kept"] < b["dim"] for b in spec["blocks"])}/{len(spec["blocks"])} '
+              f'blocks pruned), FLOPs {achieved:.3f} of the baseline (target {target})',
+              flush=True)
+        return subnet, kept, total
 
     def complexity(self, config, extra=()):
         """Params and FLOPs (mmengine.analysis) of the config's classifier at 64×64."""
@@ -115,6 +256,8 @@ class Demo:
         top1 = self.evaluate('baseline', cfg, work_dir)
         params, flops = self.complexity(cfg)
         self.rows.append(('MobileViT-XS (baseline)', params, flops, top1, '—'))
+        self.models[self.rows[-1][0]] = (cfg, [])
+        return cfg, work_dir
 
     def method(self, kind, arch='mobilevit-xs', step=None, rows=None):
         """Search -> export -> retrain -> evaluate of DCS or KCR on ``arch`` (demo configs
@@ -126,17 +269,13 @@ class Demo:
         print(f'== {step}. {name}-{label}: search -> export -> retrain', flush=True)
         search_cfg = f'configs/demo/{kind}-{arch}_search_digits.py'
         search_dir = self.train(f'{tag}_search', search_cfg, self.args.epochs)
-        subnet_dir = osp.join(self.work, f'{tag}_subnet')
-        run([self.py, 'tools/export_subnet.py', search_cfg, last_checkpoint(search_dir), '--out',
-             subnet_dir], osp.join(self.work, f'{tag}_export.log'))
-        subnet = osp.join(subnet_dir, 'subnet.json')
-        with open(subnet) as f:
-            spec = json.load(f)
-        kept = sum(b['kept'] for b in spec['blocks'])
-        total = sum(b['dim'] for b in spec['blocks'])
-        print(f'  subnet: {kept}/{total} MLP channels kept '
-              f'({sum(b["kept"] < b["dim"] for b in spec["blocks"])}/{len(spec["blocks"])} '
-              'blocks pruned)', flush=True)
+        scalars = last_scalars(search_dir)
+        if 'arch_cost_ratio_kept' in scalars:
+            print(f"  search ended at {scalars['arch_cost_ratio_kept']:.3f} of the baseline "
+                  f'FLOPs (target {self.target(search_cfg)}; μ = '
+                  f"{scalars.get('arch_cost_mu', float('nan')):.3g})", flush=True)
+        subnet, kept, total = self.export(tag, search_cfg, last_checkpoint(search_dir),
+                                          self.target(search_cfg))
         retrain_cfg = f'configs/demo/{kind}-{arch}_retrain_digits.py'
         # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, METHOD §4)
         opts = [f'model.backbone.subnet={subnet}',
@@ -157,8 +296,27 @@ class Demo:
             (f'{name}-{label} ({kept}/{total} channels)', params, flops, top1, report))
         return retrain_cfg, opts, retrain_dir
 
+    def magnitude(self, base_cfg, base_dir, arch='mobilevit-xs', step=5, rows=None):
+        """The baseline to beat: the trained baseline pruned by weight magnitude to the FLOPs
+        budget of the DCS/KCR searches, retrained on their schedule (cross-entropy only)."""
+        label = ARCH_LABELS[arch]
+        tag = 'magnitude' if arch == 'mobilevit-xs' else f'magnitude-{arch}'
+        target = self.target(f'configs/demo/dcs-{arch}_search_digits.py')
+        print(f'== {step}. magnitude-pruned {label} (the baseline to beat): export at the same '
+              'budget -> retrain', flush=True)
+        subnet, kept, total = self.export(tag, base_cfg, last_checkpoint(base_dir), target,
+                                          'magnitude')
+        retrain_cfg = f'configs/demo/magnitude-{arch}_retrain_digits.py'
+        opts = [f'model.backbone.subnet={subnet}']
+        retrain_dir = self.train(f'{tag}_retrain', retrain_cfg, self.args.epochs, opts)
+        top1 = self.evaluate(f'{tag}_retrain', retrain_cfg, retrain_dir, opts)
+        params, flops = self.complexity(retrain_cfg, opts)
+        (self.rows if rows is None else rows).append(
+            (f'magnitude-{label} ({kept}/{total} channels)', params, flops, top1, '—'))
+        return retrain_cfg, opts, retrain_dir
+
     def downstream(self):
-        print('== 5. downstream: detection and segmentation with the DCS subnet backbone',
+        print('== 6. downstream: detection and segmentation with the DCS subnet backbone',
               flush=True)
         subnet = osp.join(self.work, 'dcs_subnet', 'subnet.json')
         pretrained = last_checkpoint(osp.join(self.work, 'dcs_retrain'))
@@ -168,13 +326,15 @@ class Demo:
             f'{split}_dataloader.dataset.data_root={scenes}'
             for split in ('train', 'val', 'test')]
         ann = osp.join(scenes, 'annotations', 'instances_val.json')
-        quick = self.args.quick
+        det, seg = self.args.det_epochs, self.args.seg_iters
         tasks = (
             ('det', 'configs/demo/ssdlite_dcs-mobilevit-xs_digits-scenes.py',
              [f'val_evaluator.ann_file={ann}', f'test_evaluator.ann_file={ann}'] +
-             (['train_cfg.max_epochs=1'] if quick else []), 'coco/bbox_mAP', 'SSDLite, bbox mAP'),
+             [f'train_cfg.max_epochs={det}', f'param_scheduler.1.T_max={det}',
+              f'param_scheduler.1.end={det}'], 'coco/bbox_mAP', f'SSDLite, {det} epochs, bbox mAP'),
             ('seg', 'configs/demo/fcn_dcs-mobilevit-xs_digits-scenes.py',
-             ['train_cfg.max_iters=20'] if quick else [], 'mIoU', 'Semantic-FPN, mIoU'),
+             [f'train_cfg.max_iters={seg}', f'param_scheduler.1.T_max={seg}',
+              f'param_scheduler.1.end={seg}'], 'mIoU', f'Semantic-FPN, {seg} iterations, mIoU'),
         )
         for name, cfg, extra, key, label in tasks:
             work_dir = osp.join(self.work, name)
@@ -202,8 +362,11 @@ class Demo:
         for step, kind in ((3, 'dcs'), (4, 'kcr')):
             cfg, opts, _ = self.method(kind, 'deit-tiny', step, rows)
             models[rows[-1][0]] = (cfg, opts)
+        cfg, opts, _ = self.magnitude('configs/demo/deit-tiny_digits-cls.py', base_dir,
+                                      'deit-tiny', 5, rows)
+        models[rows[-1][0]] = (cfg, opts)
 
-        print('== 5. OFB-DeiT-Tiny: search (bi-masks, PMIM, unit pruning) -> export -> '
+        print('== 6. OFB-DeiT-Tiny: search (bi-masks, PMIM, unit pruning) -> export -> '
               'fine-tune', flush=True)
         search_cfg = 'configs/demo/ofb-deit-tiny_search_digits.py'
         search_dir = self.train('ofb-deit-tiny_search', search_cfg, self.args.epochs)
@@ -218,7 +381,7 @@ class Demo:
         rows.append(('OFB-DeiT-Tiny (searched widths)', *self.complexity(cfg, opts), top1, '—'))
         models[rows[-1][0]] = (cfg, opts)
 
-        print('== 6. DynamicViT-DeiT-Tiny/0.7: token sparsification, distilled from the '
+        print('== 7. DynamicViT-DeiT-Tiny/0.7: token sparsification, distilled from the '
               'baseline', flush=True)
         cfg = 'configs/demo/dynamicvit-deit-tiny_digits.py'
         opts = [f'model.teacher_checkpoint={last_checkpoint(base_dir)}']
@@ -249,9 +412,12 @@ class Demo:
 
     def table(self):
         if self.peer_rows:
-            print('\n== DCS, KCR, OFB and DynamicViT on DeiT-Tiny (digits val set, 64×64, '
-                  f'{self.args.epochs} epochs per run; FLOPs by mmengine.analysis; CPU latency '
-                  'at batch 16, 1 thread, median)')
+            target = self.target('configs/demo/dcs-deit-tiny_search_digits.py')
+            print('\n== DCS, KCR, magnitude pruning (all three at '
+                  f'{target} of the baseline FLOPs), OFB and DynamicViT on DeiT-Tiny (digits val '
+                  f'set, 64×64, {self.args.epochs} epochs per run{self.images()}; FLOPs by '
+                  'mmengine.analysis; '
+                  'CPU latency at batch 16, 1 thread, median)')
             print('| model | params (M) | FLOPs (M) | latency (ms/img) | val top-1 (%) | notes |')
             print('|---|---|---|---|---|---|')
             for name, params, flops, top1, note, ms in self.peer_rows:
@@ -259,11 +425,21 @@ class Demo:
                       f'{note} |')
         if not self.rows:
             return
-        print('\n== results (digits val set, 64×64; FLOPs counted by mmengine.analysis)')
-        print('| model | params (M) | FLOPs (M) | val top-1 (%) | IB / KC (last epoch) |')
-        print('|---|---|---|---|---|')
-        for name, params, flops, top1, report in self.rows:
-            print(f'| {name} | {params:.3f} | {flops:.1f} | {top1:.2f} | {report} |')
+        target = self.target('configs/demo/dcs-mobilevit-xs_search_digits.py')
+        print('\n== results (digits val set, 64×64, '
+              f'{self.args.epochs} epochs per run{self.images()}; FLOPs counted by '
+              'mmengine.analysis; DCS, KCR '
+              f'and magnitude pruning at {target} of the baseline FLOPs, retrained on one '
+              'schedule)')
+        ms = self.latencies(self.models) if self.models else [float('nan')] * len(self.rows)
+        print('| model | params (M) | FLOPs (M) | latency (ms/img) | val top-1 (%) | '
+              'IB / KC (last epoch) |')
+        print('|---|---|---|---|---|---|')
+        for (name, params, flops, top1, report), t in zip(self.rows, ms):
+            print(f'| {name} | {params:.3f} | {flops:.1f} | {t:.2f} | {top1:.2f} | {report} |')
+        if self.models:
+            print('(latency: CPU, eval, batch 16 at 64×64, 1 thread, median of interleaved '
+                  'rounds)')
         if self.downstream_rows:
             print('\n| downstream (digit scenes, 128×128, DCS-MobileViT-XS subnet backbone) '
                   '| metric | value |')
@@ -278,18 +454,32 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
-    parser.add_argument('--epochs', type=int, default=4,
-                        help='epochs of every classification run')
+    # the length of the main demo (≤ 10 min on 2 cores is the aim): 3 epochs on the first 1,000
+    # of the 1,438 training digits per classification run, 6 SSDLite epochs, 150 FPN iterations;
+    # --peers: 4 epochs on all the digits (a DeiT from scratch needs them)
+    parser.add_argument('--epochs', type=int, default=None,
+                        help='epochs of every classification run (default: 3; --peers: 4)')
+    parser.add_argument('--train-images', type=int, default=None, metavar='N',
+                        help='train the classifiers on the first N training images (0: all; '
+                        'default: 1000; --peers: all)')
+    parser.add_argument('--det-epochs', type=int, default=6,
+                        help='SSDLite epochs (default: %(default)s)')
+    parser.add_argument('--seg-iters', type=int, default=150,
+                        help='Semantic-FPN iterations (default: %(default)s)')
     parser.add_argument('--peers', action='store_true',
-                        help='instead of the main job: compare DCS, KCR, OFB and DynamicViT on '
-                        'DeiT-Tiny (same data, epochs, weight lr); prints params, FLOPs, CPU '
-                        'latency and top-1 of each final model')
+                        help='instead of the main job: compare DCS, KCR, magnitude pruning, OFB '
+                        'and DynamicViT on DeiT-Tiny (same data, epochs, weight lr); prints '
+                        'params, FLOPs, CPU latency and top-1 of each final model')
     parser.add_argument('--quick', action='store_true',
                         help='a smoke run of every step: 1 epoch of each classification run, '
                         '1 detection epoch, 20 segmentation iterations')
     args = parser.parse_args()
+    if args.epochs is None:
+        args.epochs = 4 if args.peers else 3
+    if args.train_images is None:
+        args.train_images = 0 if args.peers else 1000
     if args.quick:
-        args.epochs = 1
+        args.epochs, args.det_epochs, args.seg_iters = 1, 1, 20
     demo = Demo(args)
     t0 = time.time()
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)
@@ -298,9 +488,11 @@ def main():
     if args.peers:
         demo.peers()
     else:
-        demo.baseline()
-        demo.method('dcs')
-        demo.method('kcr')
+        base_cfg, base_dir = demo.baseline()
+        for run_step in (lambda: demo.method('dcs'), lambda: demo.method('kcr'),
+                         lambda: demo.magnitude(base_cfg, base_dir)):
+            config, opts, _ = run_step()
+            demo.models[demo.rows[-1][0]] = (config, opts)
         demo.downstream()
     demo.table()
     print(f'\ndemo finished in {(time.time() - t0) / 60:.1f} min; work dirs under {args.work_dir}')

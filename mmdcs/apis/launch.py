@@ -17,6 +17,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
+from mmdcs.selection.budget import BudgetError
 from mmdcs.utils import ConfigError, InputError, register_all_modules
 from mmdcs.utils.checkpoint import TRUST_FLAG, TRUST_KEY, CheckpointError, trust_checkpoints, \
     trust_scope
@@ -298,8 +299,9 @@ def input_file_errors() -> tuple:
     read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``), a
     checkpoint refused as unsafe or not readable (``CheckpointError``), input data a model
     cannot take (``InputError``: e.g. an image size), and a config value found not to work when
-    training starts (``ConfigError``: e.g. ``t_warm`` ≥ ``max_epochs``)."""
-    return (SubnetError, ArchFileError, CheckpointError, InputError, ConfigError)
+    training starts (``ConfigError``: e.g. ``t_warm`` ≥ ``max_epochs``), a budget that cannot
+    be met (``BudgetError``: the target, the floor and the ceiling)."""
+    return (SubnetError, ArchFileError, CheckpointError, InputError, ConfigError, BudgetError)
 
 
 def add_trust_flag(parser) -> None:

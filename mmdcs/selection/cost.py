@@ -1,6 +1,12 @@
 """Differentiable cost of a supernet (METHOD §3): the search loss adds λ·log cost(α).
 
-Every prunable block j contributes through E[D̃_j] = Σ_i sigmoid(α_i / τ). Two ways to count:
+Every prunable block j contributes through its expected kept width E[D̃_j]. A hard binary Gumbel
+gate is open with probability exactly sigmoid(α) at any temperature, so by default
+E[D̃_j] = Σ_i sigmoid(α_i) (``expectation='gate'``); the papers' Σ_i sigmoid(α_i / τ)
+(``expectation='paper'``) under-counts the open gates while τ > 1 and is kept only to reproduce
+the papers. Linear_θ of DCS (the per-token Q/K mask, which stays in the deployed network) is a
+constant of the cost (``const``): its size does not depend on α, and it gets no gradient from the
+cost. Two ways to count:
 
 * ``'paper'`` — the papers' formulas (seed 000 3.4, A.1; seed 001 3.3):
     - an MLP of l layers on D̃ channels: l·(2D̃² + D̃)   (DCS-MobileViT l=2, DCS-EfficientViT and
@@ -23,6 +29,8 @@ from torch import Tensor
 from .selectors import ChannelSelector
 
 COST_MODES = ('paper', 'flops')
+#: how E[D̃] is computed from α: 'gate' (exact, sigmoid(α)) or 'paper' (sigmoid(α/τ))
+EXPECTATIONS = ('gate', 'paper')
 
 
 @dataclass
@@ -35,11 +43,14 @@ class CostTerm:
         conv_hwc: H·W·C of a convolution after the block that reads the D̃ channels, in the
             paper's (1 + D̃)·H·W·C; 0 if none.
         flops_per_channel: exact FLOPs per kept channel (the ``'flops'`` mode).
+        params_per_channel: exact parameters per kept channel (the weights that read or write
+            it), for a parameter budget.
     """
     selector: ChannelSelector
     mlp_layers: int = 0
     conv_hwc: float = 0.
     flops_per_channel: float = 0.
+    params_per_channel: float = 0.
 
     def paper(self, d: Tensor) -> Tensor:
         cost = self.mlp_layers * (2 * d * d + d)
@@ -58,20 +69,30 @@ class CostModel:
         terms: one per prunable block.
         mode: ``'paper'`` or ``'flops'``.
         const_flops: FLOPs that do not depend on any D̃ (``'flops'`` mode only).
+        expectation: ``'gate'`` (E[D̃] = Σ sigmoid(α), the default) or ``'paper'``
+            (Σ sigmoid(α/τ)).
+        const: a constant added in either mode, in that mode's unit (e.g. Linear_θ of DCS:
+            its parameters in ``'paper'`` mode, its FLOPs in ``'flops'`` mode).
     """
 
-    def __init__(self, terms: Sequence[CostTerm], mode: str = 'paper', const_flops: float = 0.):
+    def __init__(self, terms: Sequence[CostTerm], mode: str = 'paper', const_flops: float = 0.,
+                 expectation: str = 'gate', const: float = 0.):
         if mode not in COST_MODES:
             raise ValueError(f'cost mode must be one of {COST_MODES}, got {mode!r}')
+        if expectation not in EXPECTATIONS:
+            raise ValueError(f'cost expectation must be one of {EXPECTATIONS}, got '
+                             f'{expectation!r}')
         if not terms:
             raise ValueError('a cost model needs at least one prunable block')
         self.terms: List[CostTerm] = list(terms)
         self.mode = mode
-        self.const_flops = float(const_flops) if mode == 'flops' else 0.
+        self.expectation = expectation
+        self.const_flops = (float(const_flops) if mode == 'flops' else 0.) + float(const)
 
     def expected(self) -> Tensor:
         """The differentiable cost at E[D̃] (a scalar tensor with gradients to every α)."""
-        total = sum(getattr(t, self.mode)(t.selector.expected_kept()) for t in self.terms)
+        total = sum(getattr(t, self.mode)(t.selector.expected_kept(self.expectation))
+                    for t in self.terms)
         return total + self.const_flops
 
     @torch.no_grad()

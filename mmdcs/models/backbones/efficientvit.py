@@ -228,6 +228,11 @@ class LiteMLA(nn.Module):
         out.load_state_dict(state)
         return out.to(self.proj.conv.weight.device).train(self.training)
 
+    def channel_norms(self) -> Tensor:
+        """L2 norm of the ``proj`` weights that read each selected channel (the magnitude
+        pruner's score, :mod:`mmdcs.selection.budget`)."""
+        return self.proj.conv.weight.detach().float().pow(2).sum(dim=(0, 2, 3)).sqrt()
+
     @property
     def kept(self) -> int:
         return self.cat_dim if self.keep is None else self.keep.numel()
@@ -416,7 +421,8 @@ class EfficientViT(SelectableBackbone):
                 next_conv = block.local_module.main.inverted_conv.conv
                 terms.append(CostTerm(attn.select, mlp_layers=1,
                                       conv_hwc=float(hw * next_conv.out_channels),
-                                      flops_per_channel=float(hw * attn.proj.conv.out_channels)))
+                                      flops_per_channel=float(hw * attn.proj.conv.out_channels),
+                                      params_per_channel=float(attn.proj.conv.out_channels)))
         return terms
 
     # ----------------------------------------------------------------- checkpoints

@@ -454,7 +454,8 @@ class Swin(SelectableBackbone):
                 if getattr(mlp, 'select', None) is None:
                     continue
                 terms.append(CostTerm(mlp.select, mlp_layers=2,
-                                      flops_per_channel=2. * tokens[i] * mlp.hidden_features))
+                                      flops_per_channel=2. * tokens[i] * mlp.hidden_features,
+                                      params_per_channel=float(mlp.params_per_channel)))
         return terms
 
 

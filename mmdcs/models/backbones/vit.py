@@ -350,7 +350,8 @@ class ViT(SelectableBackbone):
         multiply-accumulates, i.e. 2·N·hidden per kept channel (N at the nominal img_size)."""
         per_channel = 2. * self.num_tokens * self.mlp_hidden
         return [
-            CostTerm(m.select, mlp_layers=2, flops_per_channel=per_channel)
+            CostTerm(m.select, mlp_layers=2, flops_per_channel=per_channel,
+                     params_per_channel=float(m.params_per_channel))
             for m in prunable_modules(self).values()
         ]
 
