@@ -20,9 +20,11 @@ import torch
 from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.structures import DataSample
 
+from mmdcs.models.counting import calibrate_cost
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import COST_MODES, EXPECTATIONS, arch_parameters, prunable_modules
+from mmdcs.selection.budget import RESOURCES
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 STEP_KINDS = ('weight', 'arch')
@@ -125,8 +127,6 @@ class ChannelSelectionClassifier(ImageClassifier):
         this classifier. :class:`~mmdcs.selection.budget.BudgetError` when it cannot be met."""
         if target is None:
             return None
-        from mmdcs.analysis.complexity import calibrate_cost
-        from mmdcs.selection.budget import RESOURCES
         target = dict(target)
         unknown = set(target) - set(RESOURCES) - {'input_size', 'rho', 'penalty'}
         given = [r for r in RESOURCES if r in target]
