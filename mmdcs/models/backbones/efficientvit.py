@@ -110,6 +110,72 @@ class MBConv(nn.Module):
         return self.point_conv(self.depth_conv(self.inverted_conv(x)))
 
 
+class GatedMBConv(MBConv):
+    """The MBConv of a transformer block (EfficientViT's FFN), with optional hidden-unit selection
+    (``select_hidden``): a gate h = gate(β) over the ``mid`` expanded channels, applied after the
+    depthwise conv. Pruned (:meth:`prune_hidden_`): all three convs physically narrower, no
+    gather (the residual width is unchanged)."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1,
+                 expand_ratio: float = 4, fewer_norm: bool = False,
+                 norm_layer: Type[nn.Module] = nn.BatchNorm2d,
+                 act_layer: Type[nn.Module] = nn.Hardswish, select_hidden: bool = False,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__(in_channels, out_channels, stride, expand_ratio, fewer_norm,
+                         norm_layer, act_layer)
+        #: the expanded width H (hidden-prunable module)
+        self.hidden_features = self.depth_conv.conv.out_channels
+        self.hidden_select = ChannelSelector(self.hidden_features, gate_init, tau) if (
+            select_hidden) else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.depth_conv(self.inverted_conv(x))
+        if self.hidden_select is not None:
+            h = h * self.hidden_select().to(h.dtype).view(1, -1, 1, 1)
+        return self.point_conv(h)
+
+    @torch.no_grad()
+    def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:
+        """Keep the ``keep`` expanded channels, in place (the ``pad`` ones with zero weights)."""
+        w = self.inverted_conv.conv.weight
+        keep = torch.as_tensor(keep, dtype=torch.long, device=w.device)
+        if keep.numel() == 0:
+            raise ValueError('a pruned MBConv needs at least one kept hidden channel')
+        zero = zero_positions(keep, pad)
+        for cna, kind in ((self.inverted_conv, 'out'), (self.depth_conv, 'dw'),
+                          (self.point_conv, 'in')):
+            conv = cna.conv
+            n = keep.numel()
+            new = nn.Conv2d(conv.in_channels if kind == 'out' else n,
+                            conv.out_channels if kind == 'in' else n, conv.kernel_size,
+                            conv.stride, conv.padding, groups=n if kind == 'dw' else 1,
+                            bias=conv.bias is not None).to(w.device, w.dtype)
+            if kind == 'in':
+                new.weight.copy_(conv.weight[:, keep])
+                new.weight[:, zero] = 0
+                if conv.bias is not None:
+                    new.bias.copy_(conv.bias)
+            else:
+                new.weight.copy_(conv.weight[keep])
+                new.weight[zero] = 0
+                if conv.bias is not None:
+                    new.bias.copy_(conv.bias[keep])
+                    new.bias[zero] = 0
+                if isinstance(cna.norm, _BatchNorm):
+                    cna.norm = _slice_bn(cna.norm, keep)
+            cna.conv = new
+        self.hidden_features = keep.numel()
+        self.hidden_select = None
+
+
+def _slice_bn(bn: _BatchNorm, keep: Tensor) -> _BatchNorm:
+    new = type(bn)(keep.numel(), bn.eps, bn.momentum, bn.affine, bn.track_running_stats)
+    new = new.to(keep.device)
+    state = {k: (v[keep] if v.dim() == 1 else v) for k, v in bn.state_dict().items()}
+    new.load_state_dict(state)
+    return new.train(bn.training)
+
+
 class ResidualBlock(nn.Module):
     """``main(x) + x`` (``shortcut=False``: ``main(x)``, the strided first block of a stage)."""
 
@@ -141,7 +207,8 @@ class LiteMLA(nn.Module):
                  scales: Sequence[int] = (5, ), eps: float = 1e-5,
                  norm_layer: Type[nn.Module] = nn.BatchNorm2d, qk_select: Optional[str] = None,
                  select: bool = False, keep: Union[None, Tensor, Sequence[int]] = None,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         if qk_select not in (None, 'shared', 'separate'):
             raise ValueError(f'qk_select must be None, "shared" or "separate", got {qk_select!r}')
@@ -149,7 +216,8 @@ class LiteMLA(nn.Module):
         total_dim = heads * dim
         self._args = dict(in_channels=in_channels, out_channels=out_channels, dim=dim,
                           scales=tuple(scales), eps=eps, norm_layer=norm_layer,
-                          qk_select=qk_select, gate_init=gate_init, tau=tau)
+                          qk_select=qk_select, gate_init=gate_init, tau=tau,
+                          theta_rank=theta_rank)
         self.eps = eps
         self.dim = dim
         self.heads = heads
@@ -168,7 +236,7 @@ class LiteMLA(nn.Module):
         self.kernel_func = nn.ReLU(inplace=False)
         self.qk_select = None if qk_select is None else QKChannelSelector(
             in_channels, total_dim, separate=qk_select == 'separate', gate_init=gate_init,
-            tau=tau)
+            tau=tau, theta_rank=theta_rank)
         if keep is not None:
             keep = torch.as_tensor(keep, dtype=torch.long).flatten()
             if keep.numel() == 0:
@@ -244,14 +312,17 @@ class EfficientVitBlock(nn.Module):
 
     def __init__(self, in_channels: int, head_dim: int = 32, expand_ratio: float = 4,
                  norm_layer: Type[nn.Module] = nn.BatchNorm2d,
-                 act_layer: Type[nn.Module] = nn.Hardswish, **select_kwargs):
+                 act_layer: Type[nn.Module] = nn.Hardswish, select_hidden: bool = False,
+                 **select_kwargs):
         super().__init__()
         self.context_module = ResidualBlock(
             LiteMLA(in_channels, in_channels, dim=head_dim, norm_layer=norm_layer,
                     **select_kwargs))
         self.local_module = ResidualBlock(
-            MBConv(in_channels, in_channels, expand_ratio=expand_ratio, fewer_norm=True,
-                   norm_layer=norm_layer, act_layer=act_layer))
+            GatedMBConv(in_channels, in_channels, expand_ratio=expand_ratio, fewer_norm=True,
+                        norm_layer=norm_layer, act_layer=act_layer, select_hidden=select_hidden,
+                        gate_init=select_kwargs.get('gate_init', DEFAULT_GATE_INIT),
+                        tau=select_kwargs.get('tau', 4.5)))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.local_module(self.context_module(x))
@@ -332,8 +403,10 @@ class EfficientViT(SelectableBackbone):
                  subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
                  tau: float = 4.5, in_channels: int = 3,
                  out_indices: Union[int, Sequence[int]] = (5, ), frozen_stages: int = -1,
-                 norm_eval: bool = False, expand_ratio: float = 4, init_cfg=None):
-        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+                 norm_eval: bool = False, expand_ratio: float = 4, init_cfg=None,
+                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
+                         select_hidden=select_hidden, theta_rank=theta_rank)
         s = self.arch_settings
         widths, depths = s['widths'], s['depths']
         norm_layer, act_layer = nn.BatchNorm2d, nn.Hardswish
@@ -353,7 +426,8 @@ class EfficientViT(SelectableBackbone):
         self.out_channels = tuple(self.channels[i] for i in self.out_indices)
 
         select_kwargs = dict(qk_select=self.qk_select, select=self.mlp_select,
-                             gate_init=self.gate_init, tau=self.init_tau)
+                             gate_init=self.gate_init, tau=self.init_tau,
+                             theta_rank=self.theta_rank, select_hidden=self.select_hidden)
         self.stem = Stem(in_channels, widths[0], depths[0], norm_layer, act_layer)
         self.stages = nn.Sequential(*[
             EfficientVitStage(widths[i], widths[i + 1], depths[i + 1], norm_layer, act_layer,
@@ -408,6 +482,10 @@ class EfficientViT(SelectableBackbone):
           channels of the next MBConv's first conv (a proxy: the residual keeps all channels);
         * flops: H·W·C_out per kept channel, the MACs of ``proj`` (the only layer whose shape
           depends on D̃; the gather before it costs no MACs).
+
+        With hidden-unit selection the block's MBConv (its FFN) adds H·W·(C + 9 + C) per kept
+        expanded channel (1×1 expand, 3×3 depthwise, 1×1 project; ``flops_per_hidden``); in
+        ``'paper'`` mode the paper's term is scaled by H̃/H (:class:`CostTerm`).
         """
         terms = []
         for i, stage in enumerate(self.stages):
@@ -418,10 +496,17 @@ class EfficientViT(SelectableBackbone):
                 attn = block.context_module.main
                 if attn.select is None:
                     continue
-                next_conv = block.local_module.main.inverted_conv.conv
+                mb = block.local_module.main
+                next_conv = mb.inverted_conv.conv
+                hidden = getattr(mb, 'hidden_select', None)
+                per_hidden = 0. if hidden is None else float(hw * (
+                    next_conv.in_channels + mb.depth_conv.conv.kernel_size[0]
+                    * mb.depth_conv.conv.kernel_size[1] + mb.point_conv.conv.out_channels))
                 terms.append(CostTerm(attn.select, mlp_layers=1,
                                       conv_hwc=float(hw * next_conv.out_channels),
-                                      flops_per_channel=float(hw * attn.proj.conv.out_channels)))
+                                      flops_per_channel=float(hw * attn.proj.conv.out_channels),
+                                      hidden=hidden, hidden_dim=float(mb.hidden_features),
+                                      flops_per_hidden=per_hidden))
         return terms
 
     # ----------------------------------------------------------------- checkpoints

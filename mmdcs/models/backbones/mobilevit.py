@@ -56,7 +56,8 @@ from torch import Tensor
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP,
-                             QKChannelSelector, SubnetSpec)
+                             QKChannelSelector, SubnetSpec, mlp_residual)
+from mmdcs.selection.cost import mlp_cost_term
 from mmdcs.selection.mlp import zero_positions
 from .base import SelectableBackbone, check_choice, drop_path_rates, normalize_out_indices
 
@@ -122,20 +123,23 @@ class TransformerLayer(nn.Module):
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., qk_select: Optional[str] = None,
                  mlp_select: bool = False, gate_init: float = DEFAULT_GATE_INIT,
-                 tau: float = 4.5):
+                 tau: float = 4.5, select_hidden: bool = False,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = DCSAttention(dim, num_heads, qkv_bias=True, attn_drop=attn_drop,
                                  proj_drop=drop, qk_select=qk_select, gate_init=gate_init,
-                                 tau=tau)
+                                 tau=tau, theta_rank=theta_rank)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), act_layer=nn.SiLU, drop=drop,
-                            select=mlp_select, gate_init=gate_init, tau=tau)
+                            select=mlp_select, gate_init=gate_init, tau=tau,
+                            select_hidden=select_hidden)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        # x is this layer's own tensor: a pruned MLP may add its update into it in place
+        return mlp_residual(self.mlp, x, self.norm2(x), self.drop_path, inplace=True)
 
 
 def _keep_gate(selector: nn.Module, args, gate: Tensor) -> None:
@@ -153,14 +157,16 @@ class MobileViTBlock(nn.Module):
                  mlp_ratio: float = 2., patch_size: int = 2, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., qk_select: Optional[str] = None,
                  mlp_select: bool = False, gate_init: float = DEFAULT_GATE_INIT,
-                 tau: float = 4.5):
+                 tau: float = 4.5, select_hidden: bool = False,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         self.transformer_dim = transformer_dim
         self.conv_kxk = ConvNormAct(in_chs, in_chs, 3)
         self.conv_1x1 = nn.Conv2d(in_chs, transformer_dim, 1, bias=False)
         self.transformer = nn.Sequential(*[
             TransformerLayer(transformer_dim, num_heads, mlp_ratio, drop, attn_drop, drop_path,
-                             qk_select, mlp_select, gate_init, tau) for _ in range(depth)
+                             qk_select, mlp_select, gate_init, tau, select_hidden,
+                             theta_rank) for _ in range(depth)
         ])
         self.norm = nn.LayerNorm(transformer_dim)
         self.conv_proj = ConvNormAct(transformer_dim, in_chs, 1)
@@ -311,8 +317,9 @@ class MobileViT(SelectableBackbone):
                  norm_eval: bool = False, in_channels: int = 3, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
-                 init_cfg=None):
-        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+                 init_cfg=None, select_hidden: bool = False, theta_rank: Optional[int] = None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
+                         select_hidden=select_hidden, theta_rank=theta_rank)
         s = self.arch_settings
         num_stages = len(s['channels'])
         self.out_indices = normalize_out_indices(out_indices, num_stages, type(self).__name__)
@@ -342,7 +349,8 @@ class MobileViT(SelectableBackbone):
                 blocks.append(
                     MobileViTBlock(c, dim, depth, s['num_heads'], s['mlp_ratio'],
                                    s['patch_size'], drop_rate, attn_drop_rate, next(dpr),
-                                   self.qk_select, self.mlp_select, gate_init, tau))
+                                   self.qk_select, self.mlp_select, gate_init, tau,
+                                   self.select_hidden, self.theta_rank))
                 hw = math.ceil(self.nominal_size / stride)
                 self._block_hwc[f'stages.{i}.{len(blocks) - 1}'] = (hw, hw, c)
             stages.append(nn.Sequential(*blocks))
@@ -409,8 +417,9 @@ class MobileViT(SelectableBackbone):
 
         * paper: ``2·(2D̃² + D̃)`` for every layer, ``+ (1 + D̃)·H·W·C`` for the last layer of a
           block (the projection conv reads its D̃ channels);
-        * exact: fc1 + fc2 over all H·W pixels (4 per patch × patches): ``2·H·W·hidden`` per
-          kept channel, plus ``H·W·C`` for the projection conv after the last layer.
+        * exact: fc1 + fc2 over all H·W pixels (4 per patch × patches): ``2·H·W`` per (kept
+          channel, kept hidden unit) pair (H̃ = hidden without hidden-unit selection), plus
+          ``H·W·C`` per kept channel for the projection conv after the last layer.
         """
         terms = []
         for name, block in self.mobilevit_blocks().items():
@@ -422,9 +431,9 @@ class MobileViT(SelectableBackbone):
                     continue
                 conv_hwc = h * w * c if j == depth - 1 else 0
                 terms.append(
-                    CostTerm(mlp.select, mlp_layers=2, conv_hwc=float(conv_hwc),
-                             flops_per_channel=float(2 * h * w * mlp.hidden_features
-                                                     + conv_hwc)))
+                    mlp_cost_term(mlp.select, mlp.hidden_select, mlp.hidden_features,
+                                  float(2 * h * w), mlp_layers=2, conv_hwc=float(conv_hwc),
+                                  flops_per_channel=float(conv_hwc)))
         return terms
 
     # ------------------------------------------------------------------ forward
