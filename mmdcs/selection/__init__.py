@@ -8,7 +8,7 @@
 * :mod:`.cost` — the differentiable cost model of the search
 """
 from .attention import DCSAttention
-from .cost import COST_MODES, CostModel, CostTerm
+from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
 from .gates import BinaryGumbelGate
 from .mlp import GatedMLP, PrunedMLP, mlp_residual
 from .selectors import DEFAULT_GATE_INIT, ChannelSelector, QKChannelSelector
@@ -20,9 +20,10 @@ from .utils import arch_parameters, gates, set_temperature
 
 __all__ = [
     'BinaryGumbelGate', 'ChannelSelector', 'QKChannelSelector', 'DEFAULT_GATE_INIT',
-    'DCSAttention', 'GatedMLP', 'PrunedMLP', 'mlp_residual', 'CostModel', 'CostTerm', 'COST_MODES',
-    'SUBNET_FORMAT', 'SUBNET_FORMATS', 'hidden_layout', 'hidden_prunable_modules',
-    'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError', 'export_subnet',
+    'DCSAttention', 'GatedMLP', 'PrunedMLP', 'mlp_residual', 'CostModel', 'CostTerm',
+    'COST_MODES', 'EXPECTATIONS', 'SUBNET_FORMAT', 'SUBNET_FORMATS', 'hidden_layout',
+    'hidden_prunable_modules', 'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError',
+    'export_subnet',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
     'arch_parameters', 'gates', 'set_temperature'
 ]

@@ -1,6 +1,12 @@
 """Differentiable cost of a supernet (METHOD §3): the search loss adds λ·log cost(α).
 
-Every prunable block j contributes through E[D̃_j] = Σ_i sigmoid(α_i / τ). Two ways to count:
+Every prunable block j contributes through its expected kept width E[D̃_j]. A hard binary Gumbel
+gate is open with probability exactly sigmoid(α) at any temperature, so by default
+E[D̃_j] = Σ_i sigmoid(α_i) (``expectation='gate'``); the papers' Σ_i sigmoid(α_i / τ)
+(``expectation='paper'``) under-counts the open gates while τ > 1 and is kept only to reproduce
+the papers. Linear_θ of DCS (the per-token Q/K mask, which stays in the deployed network) is a
+constant of the cost (``const``): its size does not depend on α, and it gets no gradient from the
+cost. Two ways to count:
 
 * ``'paper'`` — the papers' formulas (seed 000 3.4, A.1; seed 001 3.3):
     - an MLP of l layers on D̃ channels: l·(2D̃² + D̃)   (DCS-MobileViT l=2, DCS-EfficientViT and
@@ -13,7 +19,7 @@ Every prunable block j contributes through E[D̃_j] = Σ_i sigmoid(α_i / τ). T
   that the cost is the whole network's FLOPs.
 
 Hidden-unit selection (``select_hidden``): a block with a second gate over the H hidden units of
-its MLP has E[H̃] = Σ_i sigmoid(β_i / τ) too. The two gates are drawn independently, so the MLP's
+its MLP has E[H̃] = Σ_i sigmoid(β_i) too (the same ``expectation`` as E[D̃]). The two gates are drawn independently, so the MLP's
 exact cost N·(D̃·H̃ + H̃·D̃) has the expectation 2N·E[D̃]·E[H̃] (``flops_per_pair``); a layer that
 depends on H̃ only (EfficientViT's MBConv: its 3×3 depthwise conv, and both 1×1 convs, whose
 other side is the full residual width) costs ``flops_per_hidden``·H̃. In ``'paper'`` mode the
@@ -30,6 +36,8 @@ from torch import Tensor
 from .selectors import ChannelSelector
 
 COST_MODES = ('paper', 'flops')
+#: how E[D̃] is computed from α: 'gate' (exact, sigmoid(α)) or 'paper' (sigmoid(α/τ))
+EXPECTATIONS = ('gate', 'paper')
 
 
 @dataclass
@@ -43,6 +51,8 @@ class CostTerm:
             paper's (1 + D̃)·H·W·C; 0 if none.
         flops_per_channel: exact FLOPs per kept channel (the ``'flops'`` mode), at the full
             hidden width when ``flops_per_pair`` is 0.
+        params_per_channel: exact parameters per kept channel (the weights that read or write
+            it), for a parameter budget.
         hidden: the block's hidden selector (``select_hidden``), or None (H̃ = ``hidden_dim``).
         hidden_dim: H, the full hidden width.
         flops_per_pair: exact FLOPs per (kept channel, kept hidden unit) pair: D̃·H̃ layers.
@@ -52,6 +62,7 @@ class CostTerm:
     mlp_layers: int = 0
     conv_hwc: float = 0.
     flops_per_channel: float = 0.
+    params_per_channel: float = 0.
     hidden: Optional[ChannelSelector] = None
     hidden_dim: float = 0.
     flops_per_pair: float = 0.
@@ -76,10 +87,12 @@ class CostTerm:
             cost = cost + self.flops_per_hidden * h
         return cost
 
-    def expected_kept(self):
-        """(E[D̃], E[H̃]) of this block (E[H̃] = H without a hidden selector)."""
-        d = self.selector.expected_kept()
-        h = self.hidden.expected_kept() if self.hidden is not None else self.hidden_dim
+    def expected_kept(self, expectation: str = 'gate'):
+        """(E[D̃], E[H̃]) of this block (E[H̃] = H without a hidden selector); the two gates
+        are drawn independently, so E[D̃·H̃] = E[D̃]·E[H̃]."""
+        d = self.selector.expected_kept(expectation)
+        h = (self.hidden.expected_kept(expectation) if self.hidden is not None
+             else self.hidden_dim)
         return d, h
 
     @torch.no_grad()
@@ -111,20 +124,30 @@ class CostModel:
         terms: one per prunable block.
         mode: ``'paper'`` or ``'flops'``.
         const_flops: FLOPs that do not depend on any D̃ (``'flops'`` mode only).
+        expectation: ``'gate'`` (E[D̃] = Σ sigmoid(α), the default) or ``'paper'``
+            (Σ sigmoid(α/τ)).
+        const: a constant added in either mode, in that mode's unit (e.g. Linear_θ of DCS:
+            its parameters in ``'paper'`` mode, its FLOPs in ``'flops'`` mode).
     """
 
-    def __init__(self, terms: Sequence[CostTerm], mode: str = 'paper', const_flops: float = 0.):
+    def __init__(self, terms: Sequence[CostTerm], mode: str = 'paper', const_flops: float = 0.,
+                 expectation: str = 'gate', const: float = 0.):
         if mode not in COST_MODES:
             raise ValueError(f'cost mode must be one of {COST_MODES}, got {mode!r}')
+        if expectation not in EXPECTATIONS:
+            raise ValueError(f'cost expectation must be one of {EXPECTATIONS}, got '
+                             f'{expectation!r}')
         if not terms:
             raise ValueError('a cost model needs at least one prunable block')
         self.terms: List[CostTerm] = list(terms)
         self.mode = mode
-        self.const_flops = float(const_flops) if mode == 'flops' else 0.
+        self.expectation = expectation
+        self.const_flops = (float(const_flops) if mode == 'flops' else 0.) + float(const)
 
     def expected(self) -> Tensor:
         """The differentiable cost at E[D̃] (a scalar tensor with gradients to every α)."""
-        total = sum(getattr(t, self.mode)(*t.expected_kept()) for t in self.terms)
+        total = sum(getattr(t, self.mode)(*t.expected_kept(self.expectation))
+                    for t in self.terms)
         return total + self.const_flops
 
     @torch.no_grad()

@@ -59,9 +59,17 @@ class BinaryGumbelGate(nn.Module):
         soft = torch.sigmoid((logits + noise) / self.tau)
         return _StraightThrough.apply(soft)
 
-    def probs(self, logits: Tensor) -> Tensor:
-        """sigmoid(θ/τ): the differentiable 'expected' gate used by the cost model (METHOD §3)."""
-        return torch.sigmoid(logits / self.tau)
+    def probs(self, logits: Tensor, expectation: str = 'gate') -> Tensor:
+        """The probability that each gate is open, differentiable in θ (the cost model's input,
+        METHOD §3): ``'gate'`` gives sigmoid(θ), exact for the hard gate at any τ (the decision
+        is θ + g1 − g2 > 0 with g1 − g2 ~ Logistic(0, 1)); ``'paper'`` gives the papers'
+        sigmoid(θ/τ), which under-counts open gates for θ > 0 and τ > 1 (at θ = 3, τ = 4.5:
+        0.66 instead of 0.95), kept only to reproduce the papers."""
+        if expectation == 'gate':
+            return torch.sigmoid(logits)
+        if expectation == 'paper':
+            return torch.sigmoid(logits / self.tau)
+        raise ValueError(f"expectation must be 'gate' or 'paper', got {expectation!r}")
 
     def extra_repr(self) -> str:
         return f'tau={float(self.tau):.4g}'

@@ -98,9 +98,10 @@ class ChannelSelector(nn.Module):
         """Indices of the kept channels (α > 0), sorted."""
         return torch.nonzero(self.alpha.detach() > 0, as_tuple=False).flatten()
 
-    def expected_kept(self) -> Tensor:
-        """E[D̃] = Σ_i sigmoid(α_i / τ), differentiable in α (the cost model's input)."""
-        return self.gate.probs(self.alpha).sum()
+    def expected_kept(self, expectation: str = 'gate') -> Tensor:
+        """E[D̃] = Σ_i sigmoid(α_i) (``'gate'``: exact at any τ) or the papers' Σ_i
+        sigmoid(α_i / τ) (``'paper'``), differentiable in α (the cost model's input)."""
+        return self.gate.probs(self.alpha, expectation).sum()
 
     def extra_repr(self) -> str:
         return f'dim={self.dim}'

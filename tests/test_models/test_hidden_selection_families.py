@@ -88,6 +88,8 @@ def test_theta_rank_search_export_retrain(family, tmp_path):
     sup = build(variant='dcs', theta_rank=4, select_hidden=True)
     sel = [m for m in sup.modules() if type(m).__name__ == 'QKChannelSelector']
     assert sel and all(s.theta_rank == 4 and s.theta_down.out_features == 4 for s in sel)
+    # the search cost counts both factors of Linear_θ as its constant
+    assert sup.theta_cost('paper') == sum(p.numel() for s in sel for p in s.parameters())
     # search: a training step reaches Linear_θ (both factors) and α
     sup.train()
     x = torch.randn(2, 3, size, size)

@@ -13,9 +13,9 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 
 from mmdcs.utils.compat import patch_mmdet_ssd_head
-from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, SubnetError, SubnetSpec,
-                             apply_subnet_, export_subnet, hidden_layout, prunable_modules,
-                             selector_layout)
+from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, QKChannelSelector,
+                             SubnetError, SubnetSpec, apply_subnet_, export_subnet, hidden_layout,
+                             prunable_modules, selector_layout)
 
 #: variant -> (Q/K channel selection, attention-output/MLP channel selection)
 #: 'dcs-arch1' and 'dcs-arch2' are the paper's ablations (seed 000, Table 8): Q/K selection only,
@@ -134,8 +134,28 @@ class SelectableBackbone(BaseModule):
         """One :class:`CostTerm` per prunable block (family specific)."""
         raise NotImplementedError
 
-    def cost_model(self, mode: str = 'paper', const_flops: float = 0.) -> CostModel:
-        return CostModel(self.cost_terms(), mode, const_flops)
+    def cost_model(self, mode: str = 'paper', const_flops: float = 0.,
+                   expectation: str = 'paper', with_theta: bool = False) -> CostModel:
+        """The cost model of this supernet. The defaults give the papers' cost as published
+        (their E[D̃] = Σ sigmoid(α/τ), Linear_θ not counted); the search
+        (``ChannelSelectionClassifier``) asks for ``expectation='gate'`` (E[D̃] = Σ sigmoid(α),
+        exact) and ``with_theta=True`` (Linear_θ of DCS as a constant, :meth:`theta_cost`)."""
+        const = self.theta_cost(mode) if with_theta else 0.
+        return CostModel(self.cost_terms(), mode, const_flops, expectation, const)
+
+    def theta_cost(self, mode: str = 'flops') -> float:
+        """The cost of the Q/K mask layers Linear_θ of DCS, a constant of the search cost: in
+        ``'paper'`` mode their parameters (the unit of the papers' l·(2D̃² + D̃)), in
+        ``'flops'`` mode their multiply-accumulates at the nominal input size (tokens ×
+        in × out, the tokens found by one forward pass); 0 without Q/K selection."""
+        # both layers of a low-rank Linear_θ (theta_rank): theta_down (D→r) and theta (r→D)
+        thetas = [lin for m in self.modules() if isinstance(m, QKChannelSelector)
+                  for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
+        if not thetas:
+            return 0.
+        if mode == 'paper':
+            return float(sum(p.numel() for t in thetas for p in t.parameters()))
+        return float(sum(macs for macs in _theta_macs(self, thetas)))
 
     # ----------------------------------------------------------------- checkpoints
     def load_converted(self, state_dict: dict, strict: bool = True) -> Tuple[List[str], List[str]]:
@@ -152,6 +172,33 @@ class SelectableBackbone(BaseModule):
                            f'{missing[:10]}{" ..." if len(missing) > 10 else ""}; unexpected '
                            f'keys: {unexpected[:10]}{" ..." if len(unexpected) > 10 else ""}')
         return missing, unexpected
+
+
+def _theta_macs(backbone: nn.Module, thetas: Sequence[nn.Linear]) -> List[float]:
+    """Multiply-accumulates of each Linear_θ in one eval forward pass of ``backbone`` on one
+    image of its nominal input size."""
+    import torch
+    from mmdcs.analysis.complexity import nominal_input_size
+    h, w = nominal_input_size(backbone)
+    in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
+    macs = [0.] * len(thetas)
+
+    def hook(i):
+        def record(mod, inputs, output):
+            macs[i] += inputs[0].numel() / mod.in_features * mod.in_features * mod.out_features
+        return record
+
+    handles = [t.register_forward_hook(hook(i)) for i, t in enumerate(thetas)]
+    was_training = backbone.training
+    try:
+        backbone.eval()
+        with torch.no_grad():
+            backbone(torch.zeros(1, in_ch, h, w))
+    finally:
+        backbone.train(was_training)
+        for h_ in handles:
+            h_.remove()
+    return macs
 
 
 def drop_path_rates(drop_path_rate: float, depth: int) -> List[float]:

@@ -20,7 +20,7 @@ from mmpretrain.structures import DataSample
 
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
-from mmdcs.selection import COST_MODES, arch_parameters
+from mmdcs.selection import COST_MODES, EXPECTATIONS, arch_parameters
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 STEP_KINDS = ('weight', 'arch')
@@ -42,8 +42,11 @@ class ChannelSelectionClassifier(ImageClassifier):
             mmpretrain's ``ImageClassifier``. The backbone is an mmdcs backbone.
         cost: the search objective, e.g. ``dict(mode='paper', weight=0.2, entropy_weight=0.)``:
             ``mode`` 'paper' (the papers' formulas) or 'flops' (exact FLOPs), ``weight`` λ > 0,
-            ``entropy_weight`` ≥ 0 on the mean binary entropy of sigmoid(α/τ). Needs a backbone
-            with architecture parameters (a DCS/KCR supernet).
+            ``entropy_weight`` ≥ 0 on the mean binary entropy of the gates' open probability,
+            ``expectation`` 'gate' (P(open) = sigmoid(α), exact at any τ; the default) or
+            'paper' (the papers' sigmoid(α/τ), to reproduce them). Linear_θ of DCS counts as a
+            constant of the cost. Needs a backbone with architecture parameters (a DCS/KCR
+            supernet).
         regularizer: the retraining term, ``dict(type='ib', eta=50., t_warm=90, s=1.)`` or
             ``dict(type='kcr', eta=1., t_warm=90, gamma=0.1, route='exact')`` (route
             'nystrom' with ``num_landmarks``). Other keys go to the regulariser
@@ -77,13 +80,17 @@ class ChannelSelectionClassifier(ImageClassifier):
         if cost is None:
             return None
         cost = dict(cost)
-        unknown = set(cost) - {'mode', 'weight', 'entropy_weight'}
+        unknown = set(cost) - {'mode', 'weight', 'entropy_weight', 'expectation'}
         if unknown:
             raise ValueError(f'cost: unknown keys {sorted(unknown)}; valid: mode, weight, '
-                             'entropy_weight')
+                             'entropy_weight, expectation')
         cost.setdefault('mode', 'paper')
         if cost['mode'] not in COST_MODES:
             raise ValueError(f"cost.mode must be one of {COST_MODES}, got {cost['mode']!r}")
+        cost.setdefault('expectation', 'gate')
+        if cost['expectation'] not in EXPECTATIONS:
+            raise ValueError(f'cost.expectation must be one of {EXPECTATIONS}, got '
+                             f"{cost['expectation']!r}")
         cost['weight'] = _positive('cost.weight (λ)', cost.get('weight', 0.2))
         cost['entropy_weight'] = _positive('cost.entropy_weight',
                                            cost.get('entropy_weight', 0.), allow_zero=True)
@@ -92,7 +99,8 @@ class ChannelSelectionClassifier(ImageClassifier):
                 f'a search (cost=...) needs architecture parameters, but the backbone '
                 f'{type(self.backbone).__name__}(variant={getattr(self.backbone, "variant", "?")!r})'
                 ' has none: use a DCS or KCR supernet (variant dcs/kcr, no subnet)')
-        self._cost_model = self.backbone.cost_model(cost['mode'])
+        self._cost_model = self.backbone.cost_model(cost['mode'], expectation=cost['expectation'],
+                                                    with_theta=True)
         return cost
 
     def _build_regularizer(self, regularizer: dict):
@@ -135,16 +143,17 @@ class ChannelSelectionClassifier(ImageClassifier):
         out = {'loss_cost': self.cost_cfg['weight'] * torch.log(cost),
                'cost': cost.detach()}
         if self.cost_cfg['entropy_weight'] > 0:
-            probs = torch.cat([torch.sigmoid(p / self._tau_of(p)) for p in self.arch_parameters()])
+            probs = torch.cat([self._gate_of(p).probs(p, self.cost_cfg['expectation'])
+                               for p in self.arch_parameters()])
             p = probs.clamp(1e-6, 1 - 1e-6)
             entropy = -(p * p.log() + (1 - p) * (1 - p).log()).mean()
             out['loss_entropy'] = self.cost_cfg['entropy_weight'] * entropy
         return out
 
-    def _tau_of(self, alpha: torch.nn.Parameter) -> torch.Tensor:
+    def _gate_of(self, alpha: torch.nn.Parameter):
         for m in self.backbone.modules():
             if getattr(m, 'alpha', None) is alpha:
-                return m.gate.tau
+                return m.gate
         raise KeyError('α without a gate')
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample]) -> dict:
