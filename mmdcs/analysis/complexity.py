@@ -13,6 +13,9 @@ explicit-matmul form and the fused form count the same.
   model such as an mmpretrain ``ImageClassifier``, traced in ``'tensor'`` mode).
 * :func:`random_subnet` — a subnet pruned to a stated kept ratio without a search (seeded random
   choice of round(ratio·D) channels per prunable block): FLOPs and parameters depend only on D̃.
+* :func:`flops_budget_subnet` — a subnet at a FLOPs budget without a search (one kept ratio r for
+  every block and, with ``select_hidden``, every MLP's hidden units, r chosen so that the whole
+  backbone's FLOPs are ``target``·baseline; seeded random channels), for latency and size tables.
 * :func:`complexity_table` / :func:`format_table` — every model: baseline, DCS/KCR supernet and
   subnets at given kept ratios, beside the papers' own numbers (:data:`PAPER_NUMBERS`).
 """
@@ -27,7 +30,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Type, Union
 import torch
 import torch.nn as nn
 
-from mmdcs.selection import SubnetSpec, prunable_modules
+from mmdcs.selection import SubnetSpec, hidden_selectors, prunable_modules
 
 Size = Tuple[int, int]
 
@@ -267,6 +270,78 @@ def random_subnet(backbone_cls, arch: str, variant: str, keep_ratio: float, seed
     model = cls(arch=arch, variant=variant, **backbone_kwargs)
     set_random_keep_(model, keep_ratio, seed)
     return model.export_subnet(multiple_of, random_keep_ratio=keep_ratio, seed=seed)
+
+
+def _width(dim: int, ratio: float, multiple_of: int) -> int:
+    """max(1, round(ratio·dim)) rounded up to a multiple of ``multiple_of`` (capped at dim)."""
+    k = max(1, int(round(ratio * dim)))
+    return min(dim, -(-k // multiple_of) * multiple_of)
+
+
+@torch.no_grad()
+def _set_widths_(selectors, widths: Sequence[int], g: torch.Generator) -> None:
+    for sel, k in zip(selectors, widths):
+        alpha = torch.full((sel.dim, ), -1.)
+        alpha[torch.randperm(sel.dim, generator=g)[:k]] = 1.
+        sel.alpha.copy_(alpha.to(sel.alpha))
+
+
+def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
+                        select_hidden: Union[bool, str] = True, prune_channels: bool = True, seed: int = 0,
+                        multiple_of: int = 8, **backbone_kwargs) -> SubnetSpec:
+    """A subnet whose backbone FLOPs are ``target`` × the baseline's, without a search.
+
+    One kept ratio r for every prunable block's D̃ (``prune_channels``) and, with
+    ``select_hidden``, every hidden width H̃ (widths rounded up to ``multiple_of``); r is the
+    ratio whose FLOPs are nearest to the target, found with the supernet's exact cost model
+    (``cost_model('flops')``: the layers that depend on D̃ / H̃) plus the rest of the network
+    counted once by mmengine at the nominal input size. The channels themselves are a seeded
+    random choice (latency and size depend only on the widths). ``meta`` records the target, r
+    and the predicted ratio; a target below the network's floor (r → 0) gives the floor, with
+    ``meta.budget_reached = False``.
+    """
+    if not 0 < target <= 1:
+        raise ValueError(f'the FLOPs target must be in (0, 1], got {target}')
+    if not (select_hidden or prune_channels):
+        raise ValueError('nothing to prune: give select_hidden or prune_channels')
+    cls = _resolve_class(backbone_cls)
+    sup = cls(arch=arch, variant=variant, select_hidden=select_hidden, **backbone_kwargs).eval()
+    base = cls(arch=arch, variant='baseline', **backbone_kwargs).eval()
+    size = nominal_input_size(sup)
+    base_flops = count_flops(base, size)
+    terms = sup.cost_terms()
+    dims = [t.selector.dim if t.selector is not None else 0 for t in terms]
+    hdims = [int(t.hidden.dim) if t.hidden is not None else None for t in terms]
+
+    def cost(r: float) -> float:
+        total = 0.
+        for t, d, h in zip(terms, dims, hdims):
+            dk = _width(d, r, multiple_of) if prune_channels and d else d
+            hk = torch.tensor(float(_width(h, r, multiple_of))) if h is not None else None
+            total += float(t.flops(torch.tensor(float(dk)), hk))
+        return total
+
+    # everything that does not depend on the widths (Linear_θ of DCS included)
+    const = count_flops(sup, size) - cost(1.0)
+    best = None
+    for i in range(1000, 0, -2):
+        r = i / 1000
+        ratio = (cost(r) + const) / base_flops
+        if best is None or abs(ratio - target) < abs(best[1] - target):
+            best = (r, ratio)
+    r, ratio = best
+    g = torch.Generator().manual_seed(seed)
+    sels = {id(m.select): m.select for m in prunable_modules(sup).values()}
+    _set_widths_([sels[id(t.selector)] for t in terms if t.selector is not None],
+                 [_width(d, r, multiple_of) if prune_channels else d
+                  for t, d in zip(terms, dims) if t.selector is not None], g)
+    hidden = [t.hidden for t in terms if t.hidden is not None]
+    _set_widths_(hidden, [_width(h.dim, r, multiple_of) for h in hidden], g)
+    assert len(hidden) == len(hidden_selectors(sup))
+    return sup.export_subnet(multiple_of, target_flops=target, keep_ratio=r,
+                             predicted_flops_ratio=round(ratio, 4),
+                             budget_reached=abs(ratio - target) <= 0.01, seed=seed,
+                             select_hidden=select_hidden, prune_channels=prune_channels)
 
 
 # ----------------------------------------------------------------------------- classifiers

@@ -45,7 +45,9 @@ class CostTerm:
     """How one prunable block's cost depends on its kept channels D̃.
 
     Args:
-        selector: the block's channel selector (α).
+        selector: the block's channel selector (α); None for a hidden-only term (a module with
+            a hidden selector and no channel selection, e.g. a convolutional FFN with
+            ``select_hidden='all'``: its cost is ``flops_per_hidden``·H̃ only).
         mlp_layers: l in the paper's l·(2D̃² + D̃); 0 if the paper charges no MLP here.
         conv_hwc: H·W·C of a convolution after the block that reads the D̃ channels, in the
             paper's (1 + D̃)·H·W·C; 0 if none.
@@ -58,7 +60,7 @@ class CostTerm:
         flops_per_pair: exact FLOPs per (kept channel, kept hidden unit) pair: D̃·H̃ layers.
         flops_per_hidden: exact FLOPs per kept hidden unit of layers that do not read D̃.
     """
-    selector: ChannelSelector
+    selector: Optional[ChannelSelector]
     mlp_layers: int = 0
     conv_hwc: float = 0.
     flops_per_channel: float = 0.
@@ -90,7 +92,8 @@ class CostTerm:
     def expected_kept(self, expectation: str = 'gate'):
         """(E[D̃], E[H̃]) of this block (E[H̃] = H without a hidden selector); the two gates
         are drawn independently, so E[D̃·H̃] = E[D̃]·E[H̃]."""
-        d = self.selector.expected_kept(expectation)
+        d = (self.selector.expected_kept(expectation) if self.selector is not None
+             else torch.zeros(()))
         h = (self.hidden.expected_kept(expectation) if self.hidden is not None
              else self.hidden_dim)
         return d, h
@@ -98,7 +101,8 @@ class CostTerm:
     @torch.no_grad()
     def kept(self):
         """(D̃, H̃) of the deterministic subnet (α > 0)."""
-        d = torch.tensor(float(self.selector.keep_indices().numel()))
+        d = torch.tensor(float(self.selector.keep_indices().numel())
+                         if self.selector is not None else 0.)
         h = (torch.tensor(float(self.hidden.keep_indices().numel()))
              if self.hidden is not None else self.hidden_dim)
         return d, h

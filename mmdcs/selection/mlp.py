@@ -210,3 +210,61 @@ def mlp_residual(mlp: nn.Module, x: Tensor, h: Tensor, drop_path: Callable[[Tens
     if residual is None:
         return x + drop_path(mlp(h))
     return residual(x, h, drop_path, inplace)
+
+
+def _norm_of(block: nn.Module) -> Optional[nn.Module]:
+    for name in ('norm', 'bn'):
+        m = getattr(block, name, None)
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            return name
+    return None
+
+
+@torch.no_grad()
+def narrow_inverted_bottleneck_(expand: nn.Module, depthwise: nn.Module, project: nn.Module,
+                                keep: Union[Tensor, Sequence[int]],
+                                pad: Sequence[int] = ()) -> int:
+    """Keep the ``keep`` expanded channels of an inverted bottleneck (1×1 expand → k×k
+    depthwise → 1×1 project; each a module with a ``conv`` and an optional BatchNorm ``norm`` or
+    ``bn`` after it), in place. The ``pad`` channels (alignment only) get zero weights and
+    biases before the projection and zero projection columns, so the output is the one with
+    those channels gated off. Returns the new width."""
+    w = expand.conv.weight
+    keep = torch.as_tensor(keep, dtype=torch.long, device=w.device)
+    if keep.numel() == 0:
+        raise ValueError('a pruned inverted bottleneck needs at least one expanded channel')
+    n = keep.numel()
+    zero = zero_positions(keep, pad)
+    for block, kind in ((expand, 'out'), (depthwise, 'dw'), (project, 'in')):
+        conv = block.conv
+        new = nn.Conv2d(conv.in_channels if kind == 'out' else n,
+                        conv.out_channels if kind == 'in' else n, conv.kernel_size, conv.stride,
+                        conv.padding, conv.dilation, groups=n if kind == 'dw' else 1,
+                        bias=conv.bias is not None,
+                        padding_mode=conv.padding_mode).to(w.device, w.dtype)
+        if kind == 'in':
+            new.weight.copy_(conv.weight[:, keep])
+            new.weight[:, zero] = 0
+            if conv.bias is not None:
+                new.bias.copy_(conv.bias)
+        else:
+            new.weight.copy_(conv.weight[keep])
+            new.weight[zero] = 0
+            if conv.bias is not None:
+                new.bias.copy_(conv.bias[keep])
+                new.bias[zero] = 0
+            norm = _norm_of(block)
+            if norm is not None:
+                bn = getattr(block, norm)
+                sliced = type(bn)(n, bn.eps, bn.momentum, bn.affine, bn.track_running_stats)
+                state = {k: (v[keep] if v.dim() == 1 else v) for k, v in bn.state_dict().items()}
+                if zero.numel() and bn.affine:  # a zero channel stays zero after the norm
+                    state['weight'] = state['weight'].clone()
+                    state['bias'] = state['bias'].clone()
+                    state['weight'][zero] = 0
+                    state['bias'][zero] = 0
+                sliced.load_state_dict(state)
+                setattr(block, norm, sliced.to(w.device).train(bn.training))
+        block.conv = new
+    return n
+

@@ -122,3 +122,32 @@ def test_theta_rank_search_export_retrain(family, tmp_path):
                for m in pruned.modules() if type(m).__name__ == 'QKChannelSelector')
     with pytest.raises(SubnetError, match='theta_rank=8'):
         type(sup)(arch=sup.arch, subnet=path, theta_rank=8, **kw)
+
+
+@pytest.mark.parametrize('family', ['mobilevit', 'efficientvit'])
+def test_select_hidden_all_prunes_the_conv_ffns_too(family):
+    """``select_hidden='all'``: the MV2 / MBConv inverted bottlenecks get hidden gates too; the
+    pruned network equals the supernet, and the flops cost model predicts its FLOPs exactly."""
+    from mmdcs.analysis.complexity import nominal_input_size
+    build, size, variant = CASES[family]
+    torch.manual_seed(0)
+    sup = build(variant=variant, select_hidden='all').eval()
+    n_mlp = len(hidden_selectors(build(variant=variant, select_hidden=True)))
+    assert len(hidden_selectors(sup)) > n_mlp
+    _random_alpha_(sup, seed=3)
+    spec = sup.export_subnet()
+    pruned = type(sup)(arch=sup.arch, subnet=spec).eval()
+    pruned.load_state_dict(prune_state_dict(sup.state_dict(), spec,
+                                            lambda: build(variant=variant, select_hidden='all')))
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for a, b in zip(sup(x), pruned(x)):
+            assert torch.allclose(a, b, atol=1e-4), float((a - b).abs().max())
+    cm = sup.cost_model('flops')
+    full = sum(float(t.flops(torch.tensor(float(t.selector.dim if t.selector else 0)),
+                             torch.tensor(float(t.hidden_dim)))) for t in cm.terms)
+    ns = nominal_input_size(sup)
+    assert count_flops(sup, ns) - count_flops(pruned, ns) == pytest.approx(
+        full - cm.at_kept(), rel=1e-9)
+    with pytest.raises(ValueError, match="select_hidden must be False, True or 'all'"):
+        build(variant=variant, select_hidden='some')

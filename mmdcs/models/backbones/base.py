@@ -51,7 +51,9 @@ class SelectableBackbone(BaseModule):
         tau: initial gate temperature (then set by ``TemperatureHook``).
         select_hidden: also search the hidden units of every block's MLP (a second gate, see
             :class:`~mmdcs.selection.GatedMLP`); needs a variant with MLP selection. Off by
-            default (the papers). A subnet carries its hidden units itself (its ``hidden``).
+            default (the papers). ``'all'``: also the expanded channels of the convolutional
+            inverted bottlenecks (MobileViT's MV2 blocks, EfficientViT's MBConvs; needs
+            ``cost.mode='flops'``). A subnet carries its hidden units itself (its ``hidden``).
         theta_rank: rank r of the Q/K mask generator Linear_θ (D→r→D; ``None``: full rank, the
             paper). A subnet exported from such a supernet records it (``meta.theta_rank``).
     """
@@ -90,12 +92,15 @@ class SelectableBackbone(BaseModule):
         self.mlp_select: bool = mlp
         self.gate_init = gate_init
         self.init_tau = tau
+        if select_hidden not in (False, True, 'all'):
+            raise ValueError(f"{name}: select_hidden must be False, True or 'all', got "
+                             f'{select_hidden!r}')
         if select_hidden and not mlp:
             raise ValueError(f'{name}: select_hidden needs a variant with MLP channel selection '
                              f'(dcs, kcr, dcs-arch2), got {variant!r}')
         #: for the family: whether MLPs get a hidden-unit selector (never in a pruned network:
         #: the subnet lists the kept hidden units)
-        self.select_hidden: bool = bool(select_hidden) and self.subnet_spec is None
+        self.select_hidden: Union[bool, str] = select_hidden if self.subnet_spec is None else False
         spec_rank = None if self.subnet_spec is None else self.subnet_spec.meta.get('theta_rank')
         if spec_rank is not None and theta_rank is not None and int(spec_rank) != theta_rank:
             raise SubnetError(f'{name}: theta_rank={theta_rank}, but the subnet was searched '

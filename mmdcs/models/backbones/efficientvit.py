@@ -43,7 +43,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
-from mmdcs.selection.mlp import zero_positions
+from mmdcs.selection.mlp import narrow_inverted_bottleneck_, zero_positions
 from mmdcs.utils.scope import build_model_part
 from .base import SelectableBackbone, normalize_out_indices
 
@@ -137,43 +137,9 @@ class GatedMBConv(MBConv):
     @torch.no_grad()
     def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:
         """Keep the ``keep`` expanded channels, in place (the ``pad`` ones with zero weights)."""
-        w = self.inverted_conv.conv.weight
-        keep = torch.as_tensor(keep, dtype=torch.long, device=w.device)
-        if keep.numel() == 0:
-            raise ValueError('a pruned MBConv needs at least one kept hidden channel')
-        zero = zero_positions(keep, pad)
-        for cna, kind in ((self.inverted_conv, 'out'), (self.depth_conv, 'dw'),
-                          (self.point_conv, 'in')):
-            conv = cna.conv
-            n = keep.numel()
-            new = nn.Conv2d(conv.in_channels if kind == 'out' else n,
-                            conv.out_channels if kind == 'in' else n, conv.kernel_size,
-                            conv.stride, conv.padding, groups=n if kind == 'dw' else 1,
-                            bias=conv.bias is not None).to(w.device, w.dtype)
-            if kind == 'in':
-                new.weight.copy_(conv.weight[:, keep])
-                new.weight[:, zero] = 0
-                if conv.bias is not None:
-                    new.bias.copy_(conv.bias)
-            else:
-                new.weight.copy_(conv.weight[keep])
-                new.weight[zero] = 0
-                if conv.bias is not None:
-                    new.bias.copy_(conv.bias[keep])
-                    new.bias[zero] = 0
-                if isinstance(cna.norm, _BatchNorm):
-                    cna.norm = _slice_bn(cna.norm, keep)
-            cna.conv = new
-        self.hidden_features = keep.numel()
+        self.hidden_features = narrow_inverted_bottleneck_(
+            self.inverted_conv, self.depth_conv, self.point_conv, keep, pad)
         self.hidden_select = None
-
-
-def _slice_bn(bn: _BatchNorm, keep: Tensor) -> _BatchNorm:
-    new = type(bn)(keep.numel(), bn.eps, bn.momentum, bn.affine, bn.track_running_stats)
-    new = new.to(keep.device)
-    state = {k: (v[keep] if v.dim() == 1 else v) for k, v in bn.state_dict().items()}
-    new.load_state_dict(state)
-    return new.train(bn.training)
 
 
 class ResidualBlock(nn.Module):
@@ -342,24 +308,33 @@ class Stem(nn.Sequential):
 
 
 class EfficientVitStage(nn.Module):
-    """A strided MBConv, then MBConvs (``vit_stage=False``) or EfficientVitBlocks."""
+    """A strided MBConv, then MBConvs (``vit_stage=False``) or EfficientVitBlocks.
+
+    ``select_hidden``: True gates the MBConv of every EfficientVitBlock (the transformer blocks'
+    FFN); ``'all'`` also the other MBConvs of the stage (the convolutional FFNs)."""
 
     def __init__(self, in_channels: int, out_channels: int, depth: int,
                  norm_layer: Type[nn.Module], act_layer: Type[nn.Module], expand_ratio: float,
-                 head_dim: int, vit_stage: bool = False, **select_kwargs):
+                 head_dim: int, vit_stage: bool = False, select_hidden: Union[bool, str] = False,
+                 **select_kwargs):
         super().__init__()
+        conv_kwargs = dict(norm_layer=norm_layer, act_layer=act_layer,
+                           select_hidden=select_hidden == 'all',
+                           gate_init=select_kwargs.get('gate_init', DEFAULT_GATE_INIT),
+                           tau=select_kwargs.get('tau', 4.5))
         blocks = [ResidualBlock(
-            MBConv(in_channels, out_channels, 2, expand_ratio, fewer_norm=vit_stage,
-                   norm_layer=norm_layer, act_layer=act_layer), shortcut=False)]
+            GatedMBConv(in_channels, out_channels, 2, expand_ratio, fewer_norm=vit_stage,
+                        **conv_kwargs), shortcut=False)]
         if vit_stage:
             blocks += [
                 EfficientVitBlock(out_channels, head_dim, expand_ratio, norm_layer, act_layer,
-                                  **select_kwargs) for _ in range(depth)
+                                  select_hidden=bool(select_hidden), **select_kwargs)
+                for _ in range(depth)
             ]
         else:
             blocks += [
-                ResidualBlock(MBConv(out_channels, out_channels, 1, expand_ratio,
-                                     norm_layer=norm_layer, act_layer=act_layer))
+                ResidualBlock(GatedMBConv(out_channels, out_channels, 1, expand_ratio,
+                                          **conv_kwargs))
                 for _ in range(1, depth)
             ]
         self.blocks = nn.Sequential(*blocks)
@@ -485,13 +460,30 @@ class EfficientViT(SelectableBackbone):
 
         With hidden-unit selection the block's MBConv (its FFN) adds H·W·(C + 9 + C) per kept
         expanded channel (1×1 expand, 3×3 depthwise, 1×1 project; ``flops_per_hidden``); in
-        ``'paper'`` mode the paper's term is scaled by H̃/H (:class:`CostTerm`).
+        ``'paper'`` mode the paper's term is scaled by H̃/H (:class:`CostTerm`). With
+        ``select_hidden='all'`` every other gated MBConv adds a hidden-only term (no D̃;
+        ``'flops'`` mode only: the paper has no such term).
         """
         terms = []
         for i, stage in enumerate(self.stages):
             hw = (NOMINAL_SIZE // self.strides[i + 1])**2
-            for block in stage.blocks:
+            for j, block in enumerate(stage.blocks):
                 if not isinstance(block, EfficientVitBlock):
+                    mb = block.main
+                    if getattr(mb, 'hidden_select', None) is not None:
+                        hw_in = hw * (4 if j == 0 else 1)  # the first MBConv strides by 2
+                        k = mb.depth_conv.conv.kernel_size
+                        # + the BatchNorms after the expand and depthwise convs (2 per element
+                        # in eval, mmengine's count)
+                        bn1 = 2 if isinstance(mb.inverted_conv.norm, _BatchNorm) else 0
+                        bn2 = 2 if isinstance(mb.depth_conv.norm, _BatchNorm) else 0
+                        terms.append(CostTerm(None, hidden=mb.hidden_select,
+                                              hidden_dim=float(mb.hidden_features),
+                                              flops_per_hidden=float(
+                                                  hw_in * (mb.inverted_conv.conv.in_channels
+                                                           + bn1)
+                                                  + hw * (k[0] * k[1] + bn2
+                                                          + mb.point_conv.conv.out_channels))))
                     continue
                 attn = block.context_module.main
                 if attn.select is None:

@@ -55,10 +55,10 @@ from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
 from mmdcs.registry import MODELS
-from mmdcs.selection import (DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP,
-                             QKChannelSelector, SubnetSpec, mlp_residual)
+from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, DCSAttention,
+                             GatedMLP, QKChannelSelector, SubnetSpec, mlp_residual)
 from mmdcs.selection.cost import mlp_cost_term
-from mmdcs.selection.mlp import zero_positions
+from mmdcs.selection.mlp import narrow_inverted_bottleneck_, zero_positions
 from .base import SelectableBackbone, check_choice, drop_path_rates, normalize_out_indices
 
 #: arch -> timm model name (for conversion and the equivalence tests)
@@ -99,7 +99,8 @@ class InvertedResidual(nn.Module):
     """MobileNetV2 block, timm's ``BottleneckBlock(bottle_in=True, linear_out=True, gs=1)``."""
 
     def __init__(self, in_chs: int, out_chs: int, stride: int = 1, expand_ratio: float = 4.,
-                 drop_path: float = 0.):
+                 drop_path: float = 0., select_hidden: bool = False,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
         super().__init__()
         mid = make_divisible(in_chs * expand_ratio)
         self.conv1_1x1 = ConvNormAct(in_chs, mid, 1)
@@ -108,12 +109,25 @@ class InvertedResidual(nn.Module):
         self.has_shortcut = in_chs == out_chs and stride == 1
         self.drop_path = DropPath(drop_path) if drop_path > 0 and self.has_shortcut \
             else nn.Identity()
+        #: the expanded width (hidden-prunable module, ``select_hidden='all'``)
+        self.hidden_features = mid
+        self.hidden_select = ChannelSelector(mid, gate_init, tau) if select_hidden else None
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.conv3_1x1(self.conv2_kxk(self.conv1_1x1(x)))
+        h = self.conv2_kxk(self.conv1_1x1(x))
+        if self.hidden_select is not None:
+            h = h * self.hidden_select().to(h.dtype).view(1, -1, 1, 1)
+        out = self.conv3_1x1(h)
         if self.has_shortcut:
             out = x + self.drop_path(out)
         return out
+
+    @torch.no_grad()
+    def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:
+        """Keep the ``keep`` expanded channels, in place (the ``pad`` ones with zero weights)."""
+        self.hidden_features = narrow_inverted_bottleneck_(
+            self.conv1_1x1, self.conv2_kxk, self.conv3_1x1, keep, pad)
+        self.hidden_select = None
 
 
 class TransformerLayer(nn.Module):
@@ -336,13 +350,19 @@ class MobileViT(SelectableBackbone):
         prev, stride = s['stem_channels'], 2
         #: (H, W, C) of each MobileViT block's feature map at the nominal input size
         self._block_hwc: Dict[str, Tuple[int, int, int]] = {}
+        #: (input side, output side) of each MV2 block at the nominal input size
+        self._ir_hw: Dict[str, Tuple[int, int]] = {}
         for i, (c, st, n, dim, depth) in enumerate(
                 zip(s['channels'], s['strides'], s['ir_blocks'], s['transformer_dims'],
                     s['transformer_depths'])):
             blocks = []
             for j in range(n):
                 blocks.append(InvertedResidual(prev, c, st if j == 0 else 1, s['expand_ratio'],
-                                               next(dpr)))
+                                               next(dpr), self.select_hidden == 'all',
+                                               gate_init, tau))
+                self._ir_hw[f'stages.{i}.{j}'] = (
+                    math.ceil(self.nominal_size / (stride if j == 0 else stride * st)),
+                    math.ceil(self.nominal_size / (stride * st)))
                 prev = c
             stride *= st
             if depth:
@@ -350,7 +370,7 @@ class MobileViT(SelectableBackbone):
                     MobileViTBlock(c, dim, depth, s['num_heads'], s['mlp_ratio'],
                                    s['patch_size'], drop_rate, attn_drop_rate, next(dpr),
                                    self.qk_select, self.mlp_select, gate_init, tau,
-                                   self.select_hidden, self.theta_rank))
+                                   bool(self.select_hidden), self.theta_rank))
                 hw = math.ceil(self.nominal_size / stride)
                 self._block_hwc[f'stages.{i}.{len(blocks) - 1}'] = (hw, hw, c)
             stages.append(nn.Sequential(*blocks))
@@ -422,6 +442,21 @@ class MobileViT(SelectableBackbone):
           ``H·W·C`` per kept channel for the projection conv after the last layer.
         """
         terms = []
+        # select_hidden='all': the MV2 blocks' expanded channels (1×1 expand at the input side,
+        # 3×3 depthwise and 1×1 project at the output side), hidden-only terms ('flops' mode)
+        for name, (side_in, side_out) in self._ir_hw.items():
+            ir = self.get_submodule(name)
+            if getattr(ir, 'hidden_select', None) is None:
+                continue
+            k = ir.conv2_kxk.conv.kernel_size
+            terms.append(CostTerm(None, hidden=ir.hidden_select,
+                                  hidden_dim=float(ir.hidden_features),
+                                  flops_per_hidden=float(
+                                      # convs, + the two BatchNorms (2 per element in eval,
+                                      # mmengine's count)
+                                      side_in**2 * (ir.conv1_1x1.conv.in_channels + 2)
+                                      + side_out**2 * (k[0] * k[1] + 2
+                                                       + ir.conv3_1x1.conv.out_channels))))
         for name, block in self.mobilevit_blocks().items():
             h, w, c = self._block_hwc[name]
             depth = len(block.transformer)
