@@ -478,6 +478,82 @@ def complexity_table(models: Iterable[str] = TABLE_MODELS, ratios: Sequence[floa
     return rows
 
 
+#: the DCS paper's mobile models, whose compact networks the paper-budget table matches
+PAPER_BUDGET_MODELS = ('mobilevit-xs', 'mobilevit-s', 'efficientvit-b1')
+
+
+def paper_budget_table(models: Iterable[str] = PAPER_BUDGET_MODELS,
+                       select_hidden: Union[bool, str] = 'all', seed: int = 0,
+                       multiple_of: int = 8, count_attention: bool = True) -> List[dict]:
+    """Ours vs the paper at the paper's own FLOPs ratio, with hidden-unit selection.
+
+    For each model with paper numbers for its baseline and its searched network (the DCS
+    paper's MobileViT-XS/S, EfficientViT-B1): the subnet at a FLOPs budget
+    (:func:`flops_budget_subnet`, one kept ratio for channels and hidden units) whose *whole
+    classifier* has the paper's FLOPs ratio (compact / baseline) under our count, and the
+    resulting params and FLOPs ratios beside the paper's. The counting conventions differ (the
+    paper's absolute numbers are not ours), so ratios to each one's own baseline are compared.
+
+    Returns one dict per model: model, variant, target (FLOPs ratio asked of the whole model),
+    paper_params_ratio, params_ratio, paper_flops_ratio, flops_ratio, base_params_m,
+    sub_params_m, base_flops_g, sub_flops_g, paper_* (absolute, as printed), kept_ratio,
+    hidden_kept_ratio, keep_ratio (r), budget_reached.
+    """
+    rows = []
+    for arch in models:
+        cls = backbone_class(arch)
+        variant = PAPER_VARIANT[cls.family]
+        pb, pc = PAPER_NUMBERS.get((arch, 'baseline')), PAPER_NUMBERS.get((arch, variant))
+        if pb is None or pc is None:
+            raise ValueError(f'no paper numbers for {arch} ({variant})')
+        size = default_input_size(cls)
+        target = pc['flops'] / pb['flops']
+        with torch.no_grad():
+            base_cls = build_classifier(arch, 'baseline', None, size)
+            base_flops = count_flops(base_cls, size, count_attention)
+            base_bb = count_flops(base_cls.backbone, size, count_attention)
+            head = base_flops - base_bb
+            # the backbone budget that gives the whole model the paper's ratio
+            bb_target = (target * base_flops - head) / base_bb
+            spec = flops_budget_subnet(cls, arch, variant, bb_target, select_hidden,
+                                       seed=seed, multiple_of=multiple_of,
+                                       **_size_kwargs(cls, size))
+            sub_cls = build_classifier(arch, variant, spec, size)
+            sub_flops = count_flops(sub_cls, size, count_attention)
+        bp, sp = count_params(base_cls), count_params(sub_cls)
+        rows.append(dict(
+            model=arch, variant=variant, target=target,
+            paper_params_ratio=pc['params'] / pb['params'], params_ratio=sp / bp,
+            paper_flops_ratio=target, flops_ratio=sub_flops / base_flops,
+            base_params_m=bp / 1e6, sub_params_m=sp / 1e6, base_flops_g=base_flops / 1e9,
+            sub_flops_g=sub_flops / 1e9, paper_base=(pb['params'], pb['flops']),
+            paper_sub=(pc['params'], pc['flops']), paper_source=pc['source'],
+            kept_ratio=spec.kept_ratio, hidden_kept_ratio=spec.hidden_kept_ratio,
+            keep_ratio=spec.meta['keep_ratio'], budget_reached=spec.meta['budget_reached']))
+    return rows
+
+
+def format_paper_budget_table(rows: Sequence[dict]) -> str:
+    """Markdown table of :func:`paper_budget_table` rows."""
+    lines = ['| model | variant | paper params M | ours params M | params ratio paper / ours | '
+             'paper FLOPs G | ours FLOPs G | FLOPs ratio paper / ours | kept (channels, hidden) |',
+             '|' + '---|' * 9]
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["variant"]} + hidden | {r["paper_base"][0]} → '
+            f'{r["paper_sub"][0]} | {r["base_params_m"]:.2f} → {r["sub_params_m"]:.2f} | '
+            f'{r["paper_params_ratio"]:.3f} / {r["params_ratio"]:.3f} | {r["paper_base"][1]} → '
+            f'{r["paper_sub"][1]} | {r["base_flops_g"]:.3f} → {r["sub_flops_g"]:.3f} | '
+            f'{r["paper_flops_ratio"]:.3f} / {r["flops_ratio"]:.3f} | '
+            f'{r["kept_ratio"]:.2f}, {r["hidden_kept_ratio"]:.2f} |')
+    return '\n'.join(lines) + (
+        '\n\nOurs: the whole classifier (configs/_base_/models), random weights, a subnet at '
+        'the paper\'s FLOPs ratio under our count (one kept ratio r for every block\'s channels '
+        'and every hidden width, MLPs and inverted bottlenecks, widths multiples of 8; '
+        'complexity.flops_budget_subnet), Linear_θ of DCS included. Paper: DCS paper, '
+        'as printed (its own counting convention); ratios are to each one\'s own baseline.')
+
+
 def _fmt(v, spec: str = '.2f') -> str:
     return '—' if v is None else format(v, spec)
 
