@@ -142,6 +142,23 @@ class GatedMBConv(MBConv):
         self.hidden_select = None
 
 
+class GroupedPointwiseConv(nn.Conv2d):
+    """A grouped 1×1 convolution (LiteMLA's multi-scale aggregation, ``groups = 3·heads``)
+    computed as one batched matmul over the groups: the same parameters and result as
+    ``nn.Conv2d``, but PyTorch's CPU path runs a grouped 1×1 conv as a loop of tiny convs
+    (7× slower at B1's shapes, ``tools/analysis/latency.py --profile``), time that no FLOPs
+    count and no pruning removes."""
+
+    def __init__(self, channels: int, groups: int):
+        super().__init__(channels, channels, 1, groups=groups, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, C, H, W = x.shape
+        g = self.groups
+        w = self.weight.view(g, C // g, C // g)
+        return torch.matmul(w, x.reshape(B, g, C // g, H * W)).view(B, C, H, W)
+
+
 class ResidualBlock(nn.Module):
     """``main(x) + x`` (``shortcut=False``: ``main(x)``, the strided first block of a stage)."""
 
@@ -196,7 +213,7 @@ class LiteMLA(nn.Module):
             nn.Sequential(
                 nn.Conv2d(3 * total_dim, 3 * total_dim, s, padding=s // 2,
                           groups=3 * total_dim, bias=False),
-                nn.Conv2d(3 * total_dim, 3 * total_dim, 1, groups=3 * heads, bias=False),
+                GroupedPointwiseConv(3 * total_dim, 3 * heads),
             ) for s in scales
         ])
         self.kernel_func = nn.ReLU(inplace=False)
