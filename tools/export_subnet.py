@@ -4,12 +4,21 @@ become ``DIR/pruned.pth`` (an mmengine checkpoint).
 
     python tools/export_subnet.py CONFIG CHECKPOINT --out DIR [--shape H W]
                                   [--multiple-of 8] [--cfg-options k=v ...] [--no-verify]
+                                  [--target-flops R | --target-params R] [--method magnitude]
 
 CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
 supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
 (``mmengine.analysis``, multiply-accumulates) before and after at the config's input size (or
 --shape), every block's D → D̃, checks that the pruned model gives the supernet's eval output,
 and prints how to use the subnet in a config.
+
+With ``--target-flops R`` (or ``--target-params R``) the export meets a budget instead: R times
+the baseline network's count (the same arch without selection, at the same input size; the
+whole classifier, or the backbone of other tasks), channels ranked globally by sigmoid(α) per
+unit of cost and kept greedily until the budget (method.md §11). ``--method magnitude`` is the
+baseline to beat: the same budget from a plain baseline checkpoint (CONFIG a baseline or
+supernet config), channels ranked by the L2 norm of their weights (an MLP channel's fc1 column
+and fc2 row) per unit of cost. subnet.json records the target and the achieved params/FLOPs.
 """
 import argparse
 import os
@@ -41,6 +50,13 @@ def parse_args(argv=None):
                         'pruned model still gives the supernet\'s output')
     parser.add_argument('--no-verify', action='store_true',
                         help='skip the check that the pruned model gives the supernet\'s output')
+    budget = parser.add_mutually_exclusive_group()
+    for what in ('flops', 'params'):
+        budget.add_argument(f'--target-{what}', type=float, metavar='R',
+                            help=f'export to a budget: R (in (0, 1)) times the baseline\'s {what}')
+    parser.add_argument('--method', choices=('alpha', 'magnitude'), default='alpha',
+                        help='rank channels by the searched α (default) or by weight magnitude '
+                        '(a baseline checkpoint; needs a target)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings of the config, key=value')
@@ -71,22 +87,40 @@ def export(args) -> dict:
     shape = shape_arg(args.shape)
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
+    resource, target = _target(args)
+    magnitude = args.method == 'magnitude'
+    if magnitude:
+        magnitude_supernet_cfg(cfg.model)
     model = build_model(cfg.model, scope)
     backbone = require_supernet(model, args.config)
-    ckpt = load_model_checkpoint(model, args.checkpoint)
+    ckpt = (load_baseline_checkpoint if magnitude else load_model_checkpoint)(
+        model, args.checkpoint)
     model.eval()
 
     sha = file_sha256(args.checkpoint)
     if args.multiple_of < 1:
         raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
-    spec = backbone.export_subnet(multiple_of=args.multiple_of,
-                                  **export_meta(args.config, args.checkpoint, sha))
-    empty = [name for name, m in _prunable(backbone).items()
-             if not bool((m.select.alpha > 0).any())]
     if shape is None:
         shape, source = config_input_size(cfg, backbone)
     else:
         source = '--shape'
+    classifier = scope in ('mmpretrain', 'mmdcs') and hasattr(model, 'head')
+    meta = export_meta(args.config, args.checkpoint, sha)
+    costs = None
+    if target is None:
+        spec = backbone.export_subnet(multiple_of=args.multiple_of, **meta)
+        empty = [name for name, m in _prunable(backbone).items()
+                 if not bool((m.select.alpha > 0).any())]
+    else:
+        from mmdcs.analysis.complexity import calibrate_cost
+        from mmdcs.selection.budget import alpha_scores, budget_subnet, magnitude_scores
+        counted = model if classifier else backbone
+        costs = {r: calibrate_cost(counted, r, shape) for r in ('flops', 'params')}
+        scores = magnitude_scores(backbone) if magnitude else alpha_scores(backbone)
+        spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant, scores,
+                             costs[resource], target, args.multiple_of, method=args.method,
+                             **meta)
+        empty = []
 
     # the whole model with the backbone pruned, then the pruned model built from the spec alone
     state = pruned_model_state(model, spec, backbone_cfg_of(cfg.model))
@@ -98,7 +132,6 @@ def export(args) -> dict:
     pruned.eval()
     pruned_backbone = require_pruned(pruned)
 
-    classifier = scope in ('mmpretrain', 'mmdcs') and hasattr(model, 'head')
     in_channels = _in_channels(backbone)
     full_shape = (1, in_channels) + tuple(shape)
     rows = [('backbone, supernet', count_params(backbone), count_flops(backbone, full_shape)),
@@ -108,8 +141,14 @@ def export(args) -> dict:
         rows += [('whole model, supernet', count_params(model), count_flops(model, full_shape)),
                  ('whole model, pruned', count_params(pruned), count_flops(pruned, full_shape))]
 
+    if costs is not None:  # what the budget achieved, measured on the built pruned model
+        counted = rows[3] if classifier else rows[1]
+        spec.meta['budget']['measured'] = {
+            r: dict(baseline=costs[r].baseline, pruned=counted[2 if r == 'flops' else 1],
+                    ratio=counted[2 if r == 'flops' else 1] / costs[r].baseline)
+            for r in ('flops', 'params')}
     max_diff = None
-    if not args.no_verify:
+    if not args.no_verify and costs is None:
         g = torch.Generator().manual_seed(0)
         x = torch.randn(full_shape, generator=g)
         ref = _outputs(model, x, classifier)
@@ -149,6 +188,13 @@ def export(args) -> dict:
     print(f'\nbackbone FLOPs: {human(b0)} -> {human(b1)} ({(b1 - b0) / max(b0, 1):+.1%}); '
           f'params: {human(rows[0][1])} -> {human(rows[1][1])} '
           f'({(rows[1][1] - rows[0][1]) / max(rows[0][1], 1):+.1%})')
+    if costs is not None:
+        m = spec.meta['budget']['measured']
+        print(f'budget ({args.method}): {resource} target {target:g} of the baseline '
+              f'{"classifier" if classifier else "backbone"}; achieved FLOPs '
+              f'{human(m["flops"]["pruned"])} = {m["flops"]["ratio"]:.4f}, params '
+              f'{human(m["params"]["pruned"])} = {m["params"]["ratio"]:.4f} of the baseline '
+              f'({human(m["flops"]["baseline"])} FLOPs, {human(m["params"]["baseline"])} params)')
     if max_diff is not None:
         ok = max_diff <= 1e-4 * max(1., max(float(t.abs().max()) for t in ref))
         what = 'logits' if classifier else 'backbone outputs'
@@ -161,6 +207,47 @@ def export(args) -> dict:
     print('\n'.join(usage_lines(args.config, args.out, spec.variant,
                                 backbone_prefix(model) or '')))
     return dict(spec=spec, rows=rows, max_diff=max_diff, subnet=subnet_path, checkpoint=ckpt_path)
+
+
+def _target(args):
+    """(resource, ratio) of --target-flops / --target-params, or (None, None)."""
+    for resource in ('flops', 'params'):
+        value = getattr(args, f'target_{resource}')
+        if value is not None:
+            return resource, value
+    if args.method == 'magnitude':
+        raise UserError('--method magnitude needs a budget: --target-flops R or '
+                        '--target-params R')
+    return None, None
+
+
+def magnitude_supernet_cfg(model_cfg) -> None:
+    """For the magnitude pruner: a baseline backbone config becomes the supernet with MLP
+    channel selection only (variant 'dcs-arch2': the baseline's layers and names, plus α),
+    so that a baseline checkpoint loads into it and its subnet is built as usual."""
+    from mmdcs.apis.subnet_io import backbone_cfg_of
+    b = backbone_cfg_of(model_cfg)
+    if b.get('variant', 'baseline') in (None, 'baseline'):
+        b['variant'] = 'dcs-arch2'
+    b.pop('subnet', None)
+    if isinstance(model_cfg, dict) and 'cost' in model_cfg:
+        model_cfg.pop('cost')
+
+
+def load_baseline_checkpoint(model, checkpoint):
+    """Load a baseline (or supernet) checkpoint into a supernet: the selection parameters a
+    baseline cannot have (α, Linear_θ, τ) may be missing; nothing else."""
+    from mmengine.runner.checkpoint import _load_checkpoint
+    ckpt = _load_checkpoint(checkpoint, map_location='cpu')
+    state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
+    state = {k[7:] if k.startswith('module.') else k: v for k, v in state.items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    selection = ('.qk_select.', '.select.', 'gate.tau')
+    missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
+    if missing or unexpected:
+        raise UserError(f'{checkpoint} does not fit the config\'s model: missing keys '
+                        f'{missing[:5]}, unexpected keys {unexpected[:5]}')
+    return ckpt if isinstance(ckpt, dict) else {}
 
 
 def _prunable(backbone):

@@ -15,6 +15,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
+from mmdcs.selection.budget import BudgetError
 from mmdcs.utils import register_all_modules
 from mmdcs.utils.compat import patch_mmdet_ssd_head
 
@@ -198,9 +199,10 @@ def _registry_hint(message: str) -> str:
 
 
 def input_file_errors() -> tuple:
-    """The exception types of mmdcs's own input files: a subnet description that cannot be
-    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``)."""
-    return (SubnetError, ArchFileError)
+    """The exception types of mmdcs's own inputs: a subnet description that cannot be
+    read or does not fit (``SubnetError``), an OFB arch file likewise (``ArchFileError``), a
+    budget that cannot be met (``BudgetError``: the target, the floor and the ceiling)."""
+    return (SubnetError, ArchFileError, BudgetError)
 
 
 @contextmanager

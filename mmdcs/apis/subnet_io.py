@@ -19,6 +19,9 @@ from .launch import UserError, load_config, prepare_task
 
 Size = Tuple[int, int]
 
+#: state-dict keys of a search's state, not of the network (ChannelSelectionClassifier.cost_mu)
+SEARCH_STATE_KEYS = ('cost_mu', )
+
 #: the message for a model without architecture parameters
 NOT_A_SUPERNET = ('has no architecture parameters: a baseline or an already pruned backbone '
                   '(export needs a DCS or KCR supernet, e.g. variant=\'dcs\' or \'kcr\')')
@@ -197,7 +200,9 @@ def pruned_model_state(model: nn.Module, spec: SubnetSpec,
         return type(backbone)(**kwargs)
 
     pruned = prune_state_dict(own, spec, build)
-    out = OrderedDict((k, v) for k, v in full.items() if not k.startswith(prefix))
+    # the search's state (the budget's multiplier μ) is not part of the pruned network
+    out = OrderedDict((k, v) for k, v in full.items()
+                      if not k.startswith(prefix) and k not in SEARCH_STATE_KEYS)
     out.update((prefix + k, v) for k, v in pruned.items())
     return out
 

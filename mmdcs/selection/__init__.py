@@ -6,9 +6,13 @@
 * :mod:`.mlp` — gated MLP (supernet) and its pruned (deployed) form
 * :mod:`.subnet` — subnet description, export, application, state-dict pruning
 * :mod:`.cost` — the differentiable cost model of the search
+* :mod:`.budget` — budgets: the exact count of the pruned networks, export to a budget by a
+  score per unit of cost (α, or the magnitude pruner's weight norms)
 """
 from .attention import DCSAttention
 from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
+from .budget import (RESOURCES, BudgetError, LinearCost, alpha_scores, budget_subnet,
+                     magnitude_scores, select_to_budget)
 from .gates import BinaryGumbelGate
 from .mlp import GatedMLP, PrunedMLP, mlp_residual
 from .selectors import DEFAULT_GATE_INIT, ChannelSelector, QKChannelSelector
@@ -25,5 +29,6 @@ __all__ = [
     'hidden_prunable_modules', 'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError',
     'export_subnet',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
-    'arch_parameters', 'gates', 'set_temperature'
+    'arch_parameters', 'gates', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
+    'alpha_scores', 'budget_subnet', 'magnitude_scores', 'select_to_budget'
 ]

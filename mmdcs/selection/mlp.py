@@ -54,6 +54,19 @@ class GatedMLP(nn.Module):
         self.hidden_select = ChannelSelector(hidden_features, gate_init, tau) if (
             select_hidden) else None
 
+    @property
+    def params_per_channel(self) -> int:
+        """Parameters that read or write one selected channel: an fc1 column, an fc2 row and
+        its fc2 bias (what pruning that channel removes)."""
+        return self.fc1.out_features + self.fc2.in_features + (self.fc2.bias is not None)
+
+    def channel_norms(self) -> Tensor:
+        """L2 norm of each selected channel's weights (its fc1 column and fc2 row together):
+        the magnitude pruner's score (:mod:`mmdcs.selection.budget`)."""
+        w1 = self.fc1.weight.detach().float()
+        w2 = self.fc2.weight.detach().float()
+        return (w1.pow(2).sum(0) + w2.pow(2).sum(1)).sqrt()
+
     def _mlp(self, x: Tensor) -> Tensor:
         h = self.drop1(self.act(self.fc1(x)))
         if self.hidden_select is not None:

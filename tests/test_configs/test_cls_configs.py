@@ -324,7 +324,8 @@ def test_search_model_builds(name, subnet_file):
     n_gates = sum(1 for _ in gates(b))
     assert n_gates > len(alphas) if method == 'dcs' else n_gates == len(alphas)
     assert model.head.num_classes == 100
-    assert model.cost_cfg == dict(mode='paper', weight=0.2, entropy_weight=0.)
+    assert model.cost_cfg == dict(mode='paper', weight=0.2, entropy_weight=0.,
+                                  expectation='gate', target=None)
     terms = model.search_terms()
     assert torch.isfinite(terms['loss_cost']) and terms['cost'] > 0
 

@@ -117,7 +117,7 @@ def test_search_runs_under_ddp_two_gloo_processes(tiny_digits, tmp_path):
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    assert 'arch_loss_cost' in out
+    assert 'arch_loss_budget' in out and 'arch_cost_mu' in out
     ckpt = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu', weights_only=False)
     assert set(ckpt['optimizer']) >= {'weight', 'arch'} or 'weight.state' in str(
         list(ckpt['optimizer'])[:4])

@@ -2,13 +2,15 @@
 
     python tools/analysis/benchmark_search.py [--arch mobilevit-xs] [--size 64] [--batch 32]
                                               [--repeats 5] [--steps 6] [--threads 2]
+                                              [--target-flops 0.92]
 
 Prints, each against its baseline measured in the same run (median of ``--repeats``):
 
 * the search: a weight step and an architecture step of the alternating search
   (``AlternatingSearchLoop.train_step``) vs a plain training step (one optimizer, cross-entropy)
   of the same supernet, and the epoch average (70% weight, 30% architecture steps);
-  target ≤ 1.3×;
+  target ≤ 1.3×; with ``--target-flops R`` also the architecture step and the epoch average
+  of a search aimed at R of the baseline FLOPs (``cost.target``, method.md §11);
 * the retraining terms: a step of the pruned subnet with the IB (DCS) or KCR term active
   (statistics streamed, bound in the loss) vs the same step without it; target ≤ 1.05×;
 * memory: the bytes of the IB/KCR state after streaming n and 10·n samples (it must not grow).
@@ -109,6 +111,21 @@ def search_benchmark(args):
     print(f'  search arch step         {t_arch * 1e3:8.1f} ms   {t_arch / t_plain:.2f}×')
     print(f'  search epoch average     {t_epoch * 1e3:8.1f} ms   {t_epoch / t_plain:.2f}×'
           '   (target ≤ 1.3×)')
+    if args.target_flops:
+        budget = classifier(args.arch, FAMILY[next(k for k in FAMILY
+                                                   if args.arch.startswith(k))][1], args.size,
+                            cost=dict(target=dict(flops=args.target_flops,
+                                                  input_size=args.size)))
+        budget.load_state_dict(model.state_dict(), strict=False)
+        optim = SearchOptimWrapperConstructor(dict(
+            weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-4)),
+            arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-4))))(budget)
+        loop._runner = types.SimpleNamespace(model=budget, optim_wrapper=optim)
+        t_budget = timed(lambda: loop.train_step(data, 'arch'), args.steps, args.repeats)
+        t_epoch = 0.7 * t_weight + 0.3 * t_budget
+        print(f'  arch step, FLOPs target  {t_budget * 1e3:8.1f} ms   {t_budget / t_plain:.2f}×'
+              f'   (cost.target flops={args.target_flops})')
+        print(f'  epoch average, target    {t_epoch * 1e3:8.1f} ms   {t_epoch / t_plain:.2f}×')
 
 
 def regularizer_benchmark(args):
@@ -185,6 +202,9 @@ def main():
     parser.add_argument('--steps', type=int, default=4)
     parser.add_argument('--repeats', type=int, default=5)
     parser.add_argument('--threads', type=int, default=2)
+    parser.add_argument('--target-flops', type=float, default=None, metavar='R',
+                        help='also time the architecture step of a search aimed at R of the '
+                        'baseline FLOPs')
     parser.add_argument('--keep-ratio', type=float, default=0.7,
                         help='kept channels of the pruned subnet of the retraining benchmark')
     args = parser.parse_args()

@@ -514,6 +514,7 @@ class EfficientViT(SelectableBackbone):
                 terms.append(CostTerm(attn.select, mlp_layers=1,
                                       conv_hwc=float(hw * next_conv.out_channels),
                                       flops_per_channel=float(hw * attn.proj.conv.out_channels),
+                                      params_per_channel=float(attn.proj.conv.out_channels),
                                       hidden=hidden, hidden_dim=float(mb.hidden_features),
                                       flops_per_hidden=per_hidden))
         return terms

@@ -464,11 +464,14 @@ class MobileViT(SelectableBackbone):
                 mlp = layer.mlp
                 if not isinstance(mlp, GatedMLP) or mlp.select is None:
                     continue
-                conv_hwc = h * w * c if j == depth - 1 else 0
+                last = j == depth - 1
+                conv_hwc = h * w * c if last else 0
+                proj = block.conv_proj.conv.out_channels if last else 0
                 terms.append(
                     mlp_cost_term(mlp.select, mlp.hidden_select, mlp.hidden_features,
                                   float(2 * h * w), mlp_layers=2, conv_hwc=float(conv_hwc),
-                                  flops_per_channel=float(conv_hwc)))
+                                  flops_per_channel=float(conv_hwc),
+                                  params_per_channel=float(mlp.params_per_channel + proj)))
         return terms
 
     # ------------------------------------------------------------------ forward

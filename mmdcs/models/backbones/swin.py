@@ -384,7 +384,8 @@ class Swin(SelectableBackbone):
                 if getattr(mlp, 'select', None) is None:
                     continue
                 terms.append(mlp_cost_term(mlp.select, mlp.hidden_select, mlp.hidden_features,
-                                           2. * tokens[i], mlp_layers=2))
+                                           2. * tokens[i], mlp_layers=2,
+                                           params_per_channel=float(mlp.params_per_channel)))
         return terms
 
 

@@ -293,7 +293,7 @@ class ViT(SelectableBackbone):
         nominal img_size; H̃ = hidden without hidden-unit selection)."""
         return [
             mlp_cost_term(m.select, m.hidden_select, m.hidden_features, 2. * self.num_tokens,
-                          mlp_layers=2)
+                          mlp_layers=2, params_per_channel=float(m.params_per_channel))
             for m in prunable_modules(self).values()
         ]
 

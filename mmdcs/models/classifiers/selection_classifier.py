@@ -20,10 +20,15 @@ from mmpretrain.structures import DataSample
 
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
-from mmdcs.selection import COST_MODES, EXPECTATIONS, arch_parameters
+from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, hidden_selectors,
+                             prunable_modules)
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 STEP_KINDS = ('weight', 'arch')
+#: default step ρ of the dual ascent on the budget's multiplier μ
+DEFAULT_RHO = 0.05
+#: default weight of the quadratic term of the augmented Lagrangian (damps the oscillation of μ)
+DEFAULT_PENALTY = 10.
 
 
 def _positive(name: str, value, allow_zero: bool = False) -> float:
@@ -46,7 +51,10 @@ class ChannelSelectionClassifier(ImageClassifier):
             ``expectation`` 'gate' (P(open) = sigmoid(α), exact at any τ; the default) or
             'paper' (the papers' sigmoid(α/τ), to reproduce them). Linear_θ of DCS counts as a
             constant of the cost. Needs a backbone with architecture parameters (a DCS/KCR
-            supernet).
+            supernet). ``target=dict(flops=0.7)`` (or ``params=``): aim at that ratio of the
+            baseline network's count instead of weighing λ·log cost (``weight`` and ``mode``
+            then do not apply): the search minimises CE + μ·(E[count]/budget − 1) with μ set
+            by dual ascent (:meth:`budget_terms`, method.md §11).
         regularizer: the retraining term, ``dict(type='ib', eta=50., t_warm=90, s=1.)`` or
             ``dict(type='kcr', eta=1., t_warm=90, gamma=0.1, route='exact')`` (route
             'nystrom' with ``num_landmarks``). Other keys go to the regulariser
@@ -80,10 +88,15 @@ class ChannelSelectionClassifier(ImageClassifier):
         if cost is None:
             return None
         cost = dict(cost)
-        unknown = set(cost) - {'mode', 'weight', 'entropy_weight', 'expectation'}
+        unknown = set(cost) - {'mode', 'weight', 'entropy_weight', 'expectation', 'target'}
         if unknown:
             raise ValueError(f'cost: unknown keys {sorted(unknown)}; valid: mode, weight, '
-                             'entropy_weight, expectation')
+                             'entropy_weight, expectation, target')
+        if cost.get('target') is not None:
+            if 'weight' in cost or cost.get('mode', 'flops') != 'flops':
+                raise ValueError('cost: a target replaces λ·log cost (the exact count is '
+                                 'constrained by a multiplier); drop cost.weight / cost.mode')
+            cost['mode'] = 'flops'
         cost.setdefault('mode', 'paper')
         if cost['mode'] not in COST_MODES:
             raise ValueError(f"cost.mode must be one of {COST_MODES}, got {cost['mode']!r}")
@@ -101,7 +114,42 @@ class ChannelSelectionClassifier(ImageClassifier):
                 ' has none: use a DCS or KCR supernet (variant dcs/kcr, no subnet)')
         self._cost_model = self.backbone.cost_model(cost['mode'], expectation=cost['expectation'],
                                                     with_theta=True)
+        cost['target'] = self._check_target(cost.get('target'))
         return cost
+
+    def _check_target(self, target: Optional[dict]) -> Optional[dict]:
+        """``cost.target = dict(flops=R)`` (or ``params=R``; optional ``input_size`` (H, W) of
+        the FLOPs, default the backbone's nominal size, and ``rho`` ρ, the step of the dual
+        ascent): R times the baseline network's count, calibrated against mmengine's count of
+        this classifier. :class:`~mmdcs.selection.budget.BudgetError` when it cannot be met."""
+        if target is None:
+            return None
+        from mmdcs.analysis.complexity import calibrate_cost
+        from mmdcs.selection.budget import RESOURCES
+        target = dict(target)
+        unknown = set(target) - set(RESOURCES) - {'input_size', 'rho', 'penalty'}
+        given = [r for r in RESOURCES if r in target]
+        if unknown or len(given) != 1:
+            raise ValueError(f'cost.target: give exactly one of {RESOURCES} (a ratio of the '
+                             f'baseline\'s count), optionally input_size and rho; got '
+                             f'{sorted(target)}')
+        resource = given[0]
+        rho = _positive('cost.target.rho (ρ)', target.get('rho', DEFAULT_RHO))
+        penalty = _positive('cost.target.penalty', target.get('penalty', DEFAULT_PENALTY),
+                            allow_zero=True)
+        size = target.get('input_size', None)
+        if isinstance(size, int):
+            size = (size, size)
+        linear = calibrate_cost(self, resource, size)
+        budget = linear.check_target(target[resource], f'cost.target.{resource}')
+        self._budget = linear
+        # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
+        self.register_buffer('cost_mu', torch.zeros(()), persistent=True)
+        self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
+        # select_hidden: the hidden gates enter the count bilinearly (E[D̃]·E[H̃])
+        self._hidden_selectors = hidden_selectors(self.backbone)
+        return dict(resource=resource, ratio=float(target[resource]), budget=budget, rho=rho,
+                    penalty=penalty, input_size=linear.input_size)
 
     def _build_regularizer(self, regularizer: dict):
         cfg = dict(regularizer)
@@ -138,16 +186,45 @@ class ChannelSelectionClassifier(ImageClassifier):
 
     # --------------------------------------------------------------------- losses
     def search_terms(self) -> Dict[str, torch.Tensor]:
-        """λ·log cost(α) (+ the entropy term), and the cost itself for the logs."""
-        cost = self._cost_model.expected()
-        out = {'loss_cost': self.cost_cfg['weight'] * torch.log(cost),
-               'cost': cost.detach()}
+        """λ·log cost(α) (+ the entropy term), and the cost itself for the logs; with a target,
+        the budget term instead (:meth:`budget_terms`)."""
+        if self.cost_cfg['target'] is not None:
+            out = self.budget_terms()
+        else:
+            cost = self._cost_model.expected()
+            out = {'loss_cost': self.cost_cfg['weight'] * torch.log(cost),
+                   'cost': cost.detach()}
         if self.cost_cfg['entropy_weight'] > 0:
             probs = torch.cat([self._gate_of(p).probs(p, self.cost_cfg['expectation'])
                                for p in self.arch_parameters()])
             p = probs.clamp(1e-6, 1 - 1e-6)
             entropy = -(p * p.log() + (1 - p) * (1 - p).log()).mean()
             out['loss_entropy'] = self.cost_cfg['entropy_weight'] * entropy
+        return out
+
+    def budget_terms(self, update: bool = True) -> Dict[str, torch.Tensor]:
+        """The budget constraint E[count]/budget ≤ 1 by a Lagrange multiplier μ (method.md §11):
+        the loss is ``μ·(E[count]/budget − 1)``, then μ ← max(0, μ + ρ·(E[count]/budget − 1))
+        (dual ascent, once per architecture step). E[count] is the exact count of the network
+        (calibrated against mmengine) at E[D̃_j] = Σ sigmoid(α). Logged: ``cost_ratio``
+        (E[count] over the baseline's count), ``cost_mu`` (μ, before this step's update)."""
+        t = self.cost_cfg['target']
+        expected = self._budget.expected(self._selectors, self.cost_cfg['expectation'],
+                                         self._hidden_selectors)
+        kept = self._budget.at({n: int((s.alpha.detach() > 0).sum())
+                                for n, s in self._selectors.items()},
+                               {k: int((s.alpha.detach() > 0).sum())
+                                for k, s in self._hidden_selectors.items()})
+        # the value is the deployed network's count ({α > 0}), the gradient the expectation's
+        count = expected + (kept - expected).detach()
+        violation = count / t['budget'] - 1
+        mu = self.cost_mu.detach().clone()
+        out = {'loss_budget': mu * violation + 0.5 * t['penalty'] * violation**2,
+               'cost_ratio': expected.detach() / self._budget.baseline,
+               'cost_ratio_kept': expected.new_tensor(kept / self._budget.baseline),
+               'cost_mu': mu}
+        if update and self.training:
+            self.cost_mu.add_(t['rho'] * violation.detach())
         return out
 
     def _gate_of(self, alpha: torch.nn.Parameter):

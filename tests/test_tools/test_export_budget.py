@@ -1,0 +1,147 @@
+"""tools/export_subnet.py to a budget (method.md §11): --target-flops / --target-params from the
+searched α, and --method magnitude from a plain baseline checkpoint; the built pruned
+classifier measures the target with tools/analysis/complexity.py."""
+import importlib.util
+import json
+import os.path as osp
+
+import pytest
+import torch
+
+from mmdcs.selection import SubnetSpec
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+CONFIG = """default_scope = 'mmpretrain'
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='{variant}', img_size=32),
+    neck=None,
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=192))
+"""
+
+
+def _load_tool(rel):
+    spec = importlib.util.spec_from_file_location(
+        'mmdcs_tool_' + rel.replace('/', '_')[:-3], osp.join(ROOT, rel))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def setup(tmp_path_factory):
+    """Configs (DCS supernet, baseline) and two checkpoints: a supernet with random α and
+    Linear_θ, and a baseline with random weights."""
+    from mmengine.config import Config
+
+    from mmdcs.apis.subnet_io import build_model
+    import mmpretrain.utils
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    root = tmp_path_factory.mktemp('budget')
+    out = dict(root=root)
+    for variant in ('dcs', 'baseline'):
+        path = osp.join(str(root), f'deit-tiny_{variant}.py')
+        with open(path, 'w') as f:
+            f.write(CONFIG.format(variant=variant))
+        torch.manual_seed(0)
+        model = build_model(Config.fromfile(path).model, 'mmpretrain')
+        g = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith('select.alpha'):
+                    p.copy_(torch.randn(p.shape, generator=g) + 0.3)
+                elif name.endswith('qk_select.theta.weight'):
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        ckpt = osp.join(str(root), f'{variant}.pth')
+        torch.save({'state_dict': model.state_dict()}, ckpt)
+        out[variant] = dict(config=path, ckpt=ckpt, model=model)
+    return out
+
+
+def _measure(config, subnet=None):
+    """Whole-model FLOPs and params from tools/analysis/complexity.py (config mode)."""
+    tool = _load_tool('tools/analysis/complexity.py')
+    argv = [config] + (['--subnet', subnet] if subnet else [])
+    rows = tool.run_config(tool.parse_args(argv))
+    whole = [r for r in rows if r[0].startswith('whole model')][0]
+    return whole[2], whole[1]
+
+
+@pytest.mark.parametrize('option, method, multiple_of', [
+    ('--target-flops', 'alpha', 1),
+    ('--target-params', 'alpha', 8),
+    ('--target-flops', 'magnitude', 1),
+])
+def test_export_meets_the_budget(setup, tmp_path, option, method, multiple_of, capsys):
+    src = setup['baseline' if method == 'magnitude' else 'dcs']
+    out = str(tmp_path / 'out')
+    tool = _load_tool('tools/export_subnet.py')
+    tool.main([src['config'], src['ckpt'], '--out', out, option, '0.7', '--method', method,
+               '--multiple-of', str(multiple_of)])
+    printed = capsys.readouterr().out
+    assert f'budget ({method})' in printed
+    subnet = osp.join(out, 'subnet.json')
+    spec = SubnetSpec.load(subnet)
+    budget = spec.meta['budget']
+    resource = option.split('-')[-1]
+    assert budget['resource'] == resource and budget['target_ratio'] == 0.7
+    assert spec.meta['method'] == method
+    assert spec.variant == ('dcs-arch2' if method == 'magnitude' else 'dcs')
+    if multiple_of > 1:
+        assert all(b.kept % multiple_of == 0 or b.kept == b.dim for b in spec.blocks)
+    # measured by tools/analysis/complexity.py: the pruned classifier over the baseline one
+    flops, params = _measure(setup['dcs']['config'], subnet)
+    base_flops, base_params = _measure(setup['baseline']['config'])
+    measured = (flops / base_flops) if resource == 'flops' else (params / base_params)
+    assert measured == pytest.approx(0.7, abs=0.01)
+    assert budget['achieved_ratio'] == pytest.approx(measured, abs=1e-9)
+    m = budget['measured']
+    assert m['flops']['pruned'] == flops and m['flops']['baseline'] == base_flops
+    assert m['params']['pruned'] == params and m['params']['baseline'] == base_params
+    assert m['flops']['ratio'] == pytest.approx(flops / base_flops)
+    # the pruned checkpoint loads into the model built from the subnet alone
+    ckpt = torch.load(osp.join(out, 'pruned.pth'), map_location='cpu', weights_only=False)
+    assert 'cost_mu' not in ckpt['state_dict']
+    with open(subnet) as f:
+        assert json.load(f)['meta']['budget']['target_ratio'] == 0.7
+
+
+def test_alpha_budget_keeps_the_largest_alpha_of_each_block(setup, tmp_path):
+    out = str(tmp_path / 'out')
+    _load_tool('tools/export_subnet.py').main(
+        [setup['dcs']['config'], setup['dcs']['ckpt'], '--out', out, '--target-flops', '0.6'])
+    spec = SubnetSpec.load(osp.join(out, 'subnet.json'))
+    backbone = setup['dcs']['model'].backbone
+    for b in spec.blocks:
+        alpha = backbone.get_submodule(b.name).select.alpha.detach()
+        top = alpha.argsort(descending=True)[:b.kept].sort().values.tolist()
+        assert b.keep == top
+
+
+def test_magnitude_keeps_the_largest_norms(setup, tmp_path):
+    out = str(tmp_path / 'out')
+    _load_tool('tools/export_subnet.py').main(
+        [setup['baseline']['config'], setup['baseline']['ckpt'], '--out', out, '--method',
+         'magnitude', '--target-params', '0.8'])
+    spec = SubnetSpec.load(osp.join(out, 'subnet.json'))
+    backbone = setup['baseline']['model'].backbone
+    for b in spec.blocks:
+        mlp = backbone.get_submodule(b.name)
+        norms = (mlp.fc1.weight.detach().pow(2).sum(0) + mlp.fc2.weight.detach().pow(2).sum(1))
+        assert b.keep == norms.argsort(descending=True)[:b.kept].sort().values.tolist()
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--target-flops', '0.1'], r'--target-flops = 0.1 cannot be met.*floor 0\.\d+.*ceiling 1'),
+    (['--target-params', '1.5'], '--target-params = 1.5 cannot be met'),
+    (['--method', 'magnitude'], '--method magnitude needs a budget'),
+])
+def test_bad_budgets_are_one_line_exit_2(setup, tmp_path, capsys, argv, message):
+    import re
+    with pytest.raises(SystemExit) as e:
+        _load_tool('tools/export_subnet.py').main(
+            [setup['dcs']['config'], setup['dcs']['ckpt'], '--out', str(tmp_path)] + argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(message, err[0]), err
