@@ -224,6 +224,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
             1., achieved)
     blocks = [BlockSelection(n, cost.dims[n], keep[n]) for n in prunable_modules(model)]
     meta = dict(meta)
+    if getattr(model, 'theta_rank', None) is not None and getattr(model, 'qk_select', None):
+        meta.setdefault('theta_rank', int(model.theta_rank))  # the pruned network rebuilds it
     meta['budget'] = dict(resource=cost.resource, target_ratio=float(target),
                           target=float(budget), achieved=float(achieved),
                           achieved_ratio=cost.ratio(achieved), baseline=float(cost.baseline),

@@ -85,3 +85,4 @@ def test_search_with_hidden_gates_meets_the_flops_target():
         k: -(-hidden[k] // 8) * 8 for k in hidden}
     assert spec.meta['budget']['achieved_ratio'] == pytest.approx(0.55, abs=0.01)
     assert set(hidden_selectors(backbone)) == {b.name for b in spec.hidden}
+    assert spec.meta['theta_rank'] == 8  # the pruned network rebuilds the low-rank θ
