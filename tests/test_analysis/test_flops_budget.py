@@ -55,3 +55,19 @@ def test_latency_pair_at_a_budget_and_the_cli(capsys):
         tool.parse_args(['--select-hidden'])
     assert e.value.code == 2
     assert 'go with --target-flops' in capsys.readouterr().err
+
+
+def test_paper_budget_table_refuses_a_model_without_paper_numbers(capsys):
+    from mmdcs.analysis.complexity import PAPER_BUDGET_MODELS, paper_budget_table
+    assert PAPER_BUDGET_MODELS == ('mobilevit-xs', 'mobilevit-s', 'efficientvit-b1')
+    with pytest.raises(ValueError, match='no paper numbers for deit-tiny'):
+        paper_budget_table(['deit-tiny'])
+    spec_ = importlib.util.spec_from_file_location(
+        'complexity_tool', osp.join(ROOT, 'tools/analysis/complexity.py'))
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    assert tool.parse_args(['--paper-budget']).paper_budget
+    with pytest.raises(SystemExit) as e:
+        tool.main(['--paper-budget', '--models', 'deit-tiny'])
+    assert e.value.code == 2
+    assert 'no paper numbers for deit-tiny' in capsys.readouterr().err
