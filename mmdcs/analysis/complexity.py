@@ -287,7 +287,8 @@ def _set_widths_(selectors, widths: Sequence[int], g: torch.Generator) -> None:
 
 
 def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
-                        select_hidden: Union[bool, str] = True, prune_channels: bool = True, seed: int = 0,
+                        select_hidden: Union[bool, str] = True, prune_channels: bool = True,
+                        seed: int = 0,
                         multiple_of: int = 8, **backbone_kwargs) -> SubnetSpec:
     """A subnet whose backbone FLOPs are ``target`` × the baseline's, without a search.
 

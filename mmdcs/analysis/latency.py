@@ -418,7 +418,8 @@ def format_latency_table(rows: Sequence[dict]) -> str:
     lines = [head, '|' + '---|' * 14]
     for r in rows:
         lines.append(
-            f'| {r["model"]} | {r["variant"]} | {_kept(r["kept_ratio"], r.get("hidden_kept_ratio"))} | {r["input"]} | '
+            f'| {r["model"]} | {r["variant"]} | '
+            f'{_kept(r["kept_ratio"], r.get("hidden_kept_ratio"))} | {r["input"]} | '
             f'{r["device"]} | {r["batch"]} | {r["threads"]} | {r["base_ms"]:.2f} | '
             f'{r["sub_ms"]:.2f} | {r["latency_ratio"]:.3f} | '
             f'{r.get("latency_ratio_min", float("nan")):.3f} | {r["flops_ratio"]:.3f} | '

@@ -19,7 +19,8 @@ cost. Two ways to count:
   that the cost is the whole network's FLOPs.
 
 Hidden-unit selection (``select_hidden``): a block with a second gate over the H hidden units of
-its MLP has E[H̃] = Σ_i sigmoid(β_i) too (the same ``expectation`` as E[D̃]). The two gates are drawn independently, so the MLP's
+its MLP has E[H̃] = Σ_i sigmoid(β_i) too (the same ``expectation`` as E[D̃]). The two gates
+are drawn independently, so the MLP's
 exact cost N·(D̃·H̃ + H̃·D̃) has the expectation 2N·E[D̃]·E[H̃] (``flops_per_pair``); a layer that
 depends on H̃ only (EfficientViT's MBConv: its 3×3 depthwise conv, and both 1×1 convs, whose
 other side is the full residual width) costs ``flops_per_hidden``·H̃. In ``'paper'`` mode the

@@ -68,7 +68,7 @@ def test_search_with_hidden_gates_meets_the_flops_target():
     g = torch.Generator().manual_seed(0)
     for _ in range(150):
         loop.train_step(_batch(g), 'weight')
-        out = loop.train_step(_batch(g), 'arch')
+        loop.train_step(_batch(g), 'arch')
     lin = model._budget
     kept = {n: int((s.alpha > 0).sum()) for n, s in model._selectors.items()}
     hidden = {k: int((s.alpha > 0).sum()) for k, s in model._hidden_selectors.items()}
