@@ -14,6 +14,9 @@ explicit-matmul form and the fused form count the same.
   mode); defined in :mod:`mmdcs.models.counting`, re-exported here.
 * :func:`random_subnet` — a subnet pruned to a stated kept ratio without a search (seeded random
   choice of round(ratio·D) channels per prunable block): FLOPs and parameters depend only on D̃.
+* :func:`flops_budget_subnet` — a subnet at a FLOPs budget without a search (one kept ratio r for
+  every block and, with ``select_hidden``, every MLP's hidden units, r chosen so that the whole
+  backbone's FLOPs are ``target``·baseline; seeded random channels), for latency and size tables.
 * :func:`complexity_table` / :func:`format_table` — every model: baseline, DCS/KCR supernet and
   subnets at given kept ratios, beside the papers' own numbers (:data:`PAPER_NUMBERS`).
 """
@@ -28,7 +31,7 @@ from mmdcs.models.backbones import SelectableBackbone
 # the counting itself lives with the models (the classifier's budget uses it); re-exported here
 from mmdcs.models.counting import (Size, _takes_mode, calibrate_cost,  # noqa: F401
                                    count_flops, count_params, flop_analysis, sdpa_flop_jit)
-from mmdcs.selection import SubnetSpec, prunable_modules
+from mmdcs.selection import SubnetSpec, hidden_selectors, prunable_modules
 
 #: The papers' own numbers (METHOD §9): (arch, variant) → whole classifier at the paper's input
 #: size (224; 256 for MobileViT). params in M, FLOPs in G, as printed in the papers.
@@ -154,6 +157,79 @@ def random_subnet(backbone_cls, arch: str, variant: str, keep_ratio: float, seed
     model = cls(arch=arch, variant=variant, **backbone_kwargs)
     set_random_keep_(model, keep_ratio, seed)
     return model.export_subnet(multiple_of, random_keep_ratio=keep_ratio, seed=seed)
+
+
+def _width(dim: int, ratio: float, multiple_of: int) -> int:
+    """max(1, round(ratio·dim)) rounded up to a multiple of ``multiple_of`` (capped at dim)."""
+    k = max(1, int(round(ratio * dim)))
+    return min(dim, -(-k // multiple_of) * multiple_of)
+
+
+@torch.no_grad()
+def _set_widths_(selectors, widths: Sequence[int], g: torch.Generator) -> None:
+    for sel, k in zip(selectors, widths):
+        alpha = torch.full((sel.dim, ), -1.)
+        alpha[torch.randperm(sel.dim, generator=g)[:k]] = 1.
+        sel.alpha.copy_(alpha.to(sel.alpha))
+
+
+def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
+                        select_hidden: Union[bool, str] = True, prune_channels: bool = True,
+                        seed: int = 0,
+                        multiple_of: int = 8, **backbone_kwargs) -> SubnetSpec:
+    """A subnet whose backbone FLOPs are ``target`` × the baseline's, without a search.
+
+    One kept ratio r for every prunable block's D̃ (``prune_channels``) and, with
+    ``select_hidden``, every hidden width H̃ (widths rounded up to ``multiple_of``); r is the
+    ratio whose FLOPs are nearest to the target, found with the supernet's exact cost model
+    (``cost_model('flops')``: the layers that depend on D̃ / H̃) plus the rest of the network
+    counted once by mmengine at the nominal input size. The channels themselves are a seeded
+    random choice (latency and size depend only on the widths). ``meta`` records the target, r
+    and the predicted ratio; a target below the network's floor (r → 0) gives the floor, with
+    ``meta.budget_reached = False``.
+    """
+    if not 0 < target <= 1:
+        raise ValueError(f'the FLOPs target must be in (0, 1], got {target}')
+    if not (select_hidden or prune_channels):
+        raise ValueError('nothing to prune: give select_hidden or prune_channels')
+    cls = _resolve_class(backbone_cls)
+    sup = cls(arch=arch, variant=variant, select_hidden=select_hidden, **backbone_kwargs).eval()
+    base = cls(arch=arch, variant='baseline', **backbone_kwargs).eval()
+    size = nominal_input_size(sup)
+    base_flops = count_flops(base, size)
+    terms = sup.cost_terms()
+    dims = [t.selector.dim if t.selector is not None else 0 for t in terms]
+    hdims = [int(t.hidden.dim) if t.hidden is not None else None for t in terms]
+
+    def cost(r: float) -> float:
+        total = 0.
+        for t, d, h in zip(terms, dims, hdims):
+            dk = _width(d, r, multiple_of) if prune_channels and d else d
+            hk = torch.tensor(float(_width(h, r, multiple_of))) if h is not None else None
+            total += float(t.flops(torch.tensor(float(dk)), hk))
+        return total
+
+    # everything that does not depend on the widths (Linear_θ of DCS included)
+    const = count_flops(sup, size) - cost(1.0)
+    best = None
+    for i in range(1000, 0, -2):
+        r = i / 1000
+        ratio = (cost(r) + const) / base_flops
+        if best is None or abs(ratio - target) < abs(best[1] - target):
+            best = (r, ratio)
+    r, ratio = best
+    g = torch.Generator().manual_seed(seed)
+    sels = {id(m.select): m.select for m in prunable_modules(sup).values()}
+    _set_widths_([sels[id(t.selector)] for t in terms if t.selector is not None],
+                 [_width(d, r, multiple_of) if prune_channels else d
+                  for t, d in zip(terms, dims) if t.selector is not None], g)
+    hidden = [t.hidden for t in terms if t.hidden is not None]
+    _set_widths_(hidden, [_width(h.dim, r, multiple_of) for h in hidden], g)
+    assert len(hidden) == len(hidden_selectors(sup))
+    return sup.export_subnet(multiple_of, target_flops=target, keep_ratio=r,
+                             predicted_flops_ratio=round(ratio, 4),
+                             budget_reached=abs(ratio - target) <= 0.01, seed=seed,
+                             select_hidden=select_hidden, prune_channels=prune_channels)
 
 
 # ----------------------------------------------------------------------------- classifiers
@@ -288,6 +364,82 @@ def complexity_table(models: Iterable[str] = TABLE_MODELS, ratios: Sequence[floa
                 measure('subnet', variant, spec.kept_ratio, subnet=spec,
                         paper=PAPER_NUMBERS.get((arch, variant)))
     return rows
+
+
+#: the DCS paper's mobile models, whose compact networks the paper-budget table matches
+PAPER_BUDGET_MODELS = ('mobilevit-xs', 'mobilevit-s', 'efficientvit-b1')
+
+
+def paper_budget_table(models: Iterable[str] = PAPER_BUDGET_MODELS,
+                       select_hidden: Union[bool, str] = 'all', seed: int = 0,
+                       multiple_of: int = 8, count_attention: bool = True) -> List[dict]:
+    """Ours vs the paper at the paper's own FLOPs ratio, with hidden-unit selection.
+
+    For each model with paper numbers for its baseline and its searched network (the DCS
+    paper's MobileViT-XS/S, EfficientViT-B1): the subnet at a FLOPs budget
+    (:func:`flops_budget_subnet`, one kept ratio for channels and hidden units) whose *whole
+    classifier* has the paper's FLOPs ratio (compact / baseline) under our count, and the
+    resulting params and FLOPs ratios beside the paper's. The counting conventions differ (the
+    paper's absolute numbers are not ours), so ratios to each one's own baseline are compared.
+
+    Returns one dict per model: model, variant, target (FLOPs ratio asked of the whole model),
+    paper_params_ratio, params_ratio, paper_flops_ratio, flops_ratio, base_params_m,
+    sub_params_m, base_flops_g, sub_flops_g, paper_* (absolute, as printed), kept_ratio,
+    hidden_kept_ratio, keep_ratio (r), budget_reached.
+    """
+    rows = []
+    for arch in models:
+        cls = backbone_class(arch)
+        variant = PAPER_VARIANT[cls.family]
+        pb, pc = PAPER_NUMBERS.get((arch, 'baseline')), PAPER_NUMBERS.get((arch, variant))
+        if pb is None or pc is None:
+            raise ValueError(f'no paper numbers for {arch} ({variant})')
+        size = default_input_size(cls)
+        target = pc['flops'] / pb['flops']
+        with torch.no_grad():
+            base_cls = build_classifier(arch, 'baseline', None, size)
+            base_flops = count_flops(base_cls, size, count_attention)
+            base_bb = count_flops(base_cls.backbone, size, count_attention)
+            head = base_flops - base_bb
+            # the backbone budget that gives the whole model the paper's ratio
+            bb_target = (target * base_flops - head) / base_bb
+            spec = flops_budget_subnet(cls, arch, variant, bb_target, select_hidden,
+                                       seed=seed, multiple_of=multiple_of,
+                                       **cls.size_kwargs(size))
+            sub_cls = build_classifier(arch, variant, spec, size)
+            sub_flops = count_flops(sub_cls, size, count_attention)
+        bp, sp = count_params(base_cls), count_params(sub_cls)
+        rows.append(dict(
+            model=arch, variant=variant, target=target,
+            paper_params_ratio=pc['params'] / pb['params'], params_ratio=sp / bp,
+            paper_flops_ratio=target, flops_ratio=sub_flops / base_flops,
+            base_params_m=bp / 1e6, sub_params_m=sp / 1e6, base_flops_g=base_flops / 1e9,
+            sub_flops_g=sub_flops / 1e9, paper_base=(pb['params'], pb['flops']),
+            paper_sub=(pc['params'], pc['flops']), paper_source=pc['source'],
+            kept_ratio=spec.kept_ratio, hidden_kept_ratio=spec.hidden_kept_ratio,
+            keep_ratio=spec.meta['keep_ratio'], budget_reached=spec.meta['budget_reached']))
+    return rows
+
+
+def format_paper_budget_table(rows: Sequence[dict]) -> str:
+    """Markdown table of :func:`paper_budget_table` rows."""
+    lines = ['| model | variant | paper params M | ours params M | params ratio paper / ours | '
+             'paper FLOPs G | ours FLOPs G | FLOPs ratio paper / ours | kept (channels, hidden) |',
+             '|' + '---|' * 9]
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["variant"]} + hidden | {r["paper_base"][0]} → '
+            f'{r["paper_sub"][0]} | {r["base_params_m"]:.2f} → {r["sub_params_m"]:.2f} | '
+            f'{r["paper_params_ratio"]:.3f} / {r["params_ratio"]:.3f} | {r["paper_base"][1]} → '
+            f'{r["paper_sub"][1]} | {r["base_flops_g"]:.3f} → {r["sub_flops_g"]:.3f} | '
+            f'{r["paper_flops_ratio"]:.3f} / {r["flops_ratio"]:.3f} | '
+            f'{r["kept_ratio"]:.2f}, {r["hidden_kept_ratio"]:.2f} |')
+    return '\n'.join(lines) + (
+        '\n\nOurs: the whole classifier (configs/_base_/models), random weights, a subnet at '
+        'the paper\'s FLOPs ratio under our count (one kept ratio r for every block\'s channels '
+        'and every hidden width, MLPs and inverted bottlenecks, widths multiples of 8; '
+        'complexity.flops_budget_subnet), Linear_θ of DCS included. Paper: DCS paper, '
+        'as printed (its own counting convention); ratios are to each one\'s own baseline.')
 
 
 def _fmt(v, spec: str = '.2f') -> str:

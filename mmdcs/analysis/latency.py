@@ -33,7 +33,8 @@ import torch.nn as nn
 
 from mmdcs.selection import SubnetSpec
 from .complexity import (PAPER_VARIANT, TABLE_MODELS, _takes_mode, backbone_class,
-                         build_backbone, count_flops, default_input_size, random_subnet)
+                         build_backbone, count_flops, default_input_size, flops_budget_subnet,
+                         random_subnet)
 
 Size = Tuple[int, int]
 
@@ -267,8 +268,14 @@ def plain_baseline(backbone: nn.Module, input_size: Size, seed: int = 0) -> nn.M
 def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                subnet: Union[None, str, dict, SubnetSpec] = None,
                input_size: Union[None, int, Sequence[int]] = None, seed: int = 0,
-               multiple_of: int = 1) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
+               multiple_of: int = 1, target_flops: Optional[float] = None,
+               select_hidden: bool = False,
+               prune_channels: bool = True) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
     """(baseline backbone, pruned subnet backbone, its spec), eval mode, random weights.
+
+    With ``target_flops`` the subnet is instead the one at that FLOPs budget (one kept ratio for
+    every block, and with ``select_hidden`` every MLP's hidden units too;
+    :func:`~mmdcs.analysis.complexity.flops_budget_subnet`), ``ratio`` unused.
 
     The subnet is ``subnet`` if given (its arch must be ``arch``), else a seeded random subnet
     keeping ``ratio`` of every prunable block with ``variant`` (default: the paper's variant of
@@ -287,8 +294,12 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         if not 0 < ratio <= 1:
             raise ValueError(f'ratio must be in (0, 1], got {ratio}')
         variant = variant or PAPER_VARIANT[cls.family]
-        spec = random_subnet(cls, arch, variant, ratio, seed, multiple_of,
-                             **cls.size_kwargs(size))
+        kwargs = cls.size_kwargs(size)
+        if target_flops is not None:
+            spec = flops_budget_subnet(cls, arch, variant, target_flops, select_hidden,
+                                       prune_channels, seed, multiple_of, **kwargs)
+        else:
+            spec = random_subnet(cls, arch, variant, ratio, seed, multiple_of, **kwargs)
     torch.manual_seed(seed)
     base = build_backbone(arch, 'baseline', None, size)
     sub = build_backbone(arch, spec.variant, spec, size)
@@ -328,10 +339,12 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     if models is None:
         base, sub, spec = build_pair(arch, ratio, variant, subnet, size, seed)
         kept, var = spec.kept_ratio, spec.variant
+        hidden_kept = spec.hidden_kept_ratio
     else:
         base, sub = models
         spec = getattr(sub, 'subnet_spec', None)
         kept = spec.kept_ratio if spec is not None else ratio
+        hidden_kept = spec.hidden_kept_ratio if spec is not None else None
         var = variant or getattr(sub, 'variant', '?')
     base_flops = count_flops(base, size)
     sub_flops = count_flops(sub, size)
@@ -350,7 +363,8 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
             lat_ratio_min = t['subnet']['min_ms'] / t['baseline']['min_ms']
             gap = lat_ratio - flops_ratio
             rows.append(dict(
-                model=arch, variant=var, kept_ratio=kept, input=f'{size[0]}x{size[1]}',
+                model=arch, variant=var, kept_ratio=kept, hidden_kept_ratio=hidden_kept,
+                input=f'{size[0]}x{size[1]}',
                 device=dev, batch=int(b), threads=t['baseline']['threads'],
                 base_ms=t['baseline']['ms_per_image'], sub_ms=t['subnet']['ms_per_image'],
                 base_stdev_ms=t['baseline']['stdev_ms'], sub_stdev_ms=t['subnet']['stdev_ms'],
@@ -380,8 +394,9 @@ def latency_table(models: Iterable[str] = LATENCY_MODELS, ratio: float = 0.7,
     return rows
 
 
-def _kept(ratio: Optional[float]) -> str:
-    return '—' if ratio is None else f'{ratio:.2f}'
+def _kept(ratio: Optional[float], hidden: Optional[float] = None) -> str:
+    text = '—' if ratio is None else f'{ratio:.2f}'
+    return text if hidden is None else f'{text}, hidden {hidden:.2f}'
 
 
 def format_latency_table(rows: Sequence[dict]) -> str:
@@ -391,7 +406,8 @@ def format_latency_table(rows: Sequence[dict]) -> str:
     lines = [head, '|' + '---|' * 14]
     for r in rows:
         lines.append(
-            f'| {r["model"]} | {r["variant"]} | {_kept(r["kept_ratio"])} | {r["input"]} | '
+            f'| {r["model"]} | {r["variant"]} | '
+            f'{_kept(r["kept_ratio"], r.get("hidden_kept_ratio"))} | {r["input"]} | '
             f'{r["device"]} | {r["batch"]} | {r["threads"]} | {r["base_ms"]:.2f} | '
             f'{r["sub_ms"]:.2f} | {r["latency_ratio"]:.3f} | '
             f'{r.get("latency_ratio_min", float("nan")):.3f} | {r["flops_ratio"]:.3f} | '

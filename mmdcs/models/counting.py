@@ -29,7 +29,7 @@ from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import get_shape
 
 from mmdcs.selection import (BlockSelection, QKChannelSelector, SubnetSpec, apply_subnet_,
-                             prunable_modules)
+                             hidden_selectors, prunable_modules)
 from mmdcs.selection.budget import RESOURCES, LinearCost
 from mmdcs.selection.selectors import ChannelSelector
 
@@ -131,7 +131,8 @@ def count_flops(model: nn.Module, input_shape: Union[None, int, Sequence[int]] =
 def _theta_flops(backbone: nn.Module, x_shape: Tuple[int, ...]) -> float:
     """Multiply-accumulates of the Q/K mask layers Linear_θ of DCS in one eval forward pass of
     the backbone (tokens × in × out each, as mmengine counts a linear layer)."""
-    thetas = [m.theta for m in backbone.modules() if isinstance(m, QKChannelSelector)]
+    thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
+              for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
     if not thetas:
         return 0.
     total = [0.]
@@ -184,12 +185,39 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
     names = list(modules)
     dims = {n: m.select.dim for n, m in modules.items()}
     per_channel = {}
+    # hidden-unit selection (select_hidden): a bilinear pair term per block and a term per
+    # hidden unit; the per-channel count at full hidden width fits the scale below
+    hidden_paths = {id(sel): k for k, sel in hidden_selectors(backbone).items()}
+    pair, pair_hidden, hidden_coef, hidden_dims = {}, {}, {}, {}
+    for t in backbone.cost_terms():
+        if t.hidden is None:
+            continue
+        k = hidden_paths[id(t.hidden)]
+        hidden_dims[k] = int(t.hidden.dim)
+        hmod = backbone.get_submodule(k)
+        if resource == 'flops':
+            hidden_coef[k] = float(t.flops_per_hidden)
+        elif hasattr(hmod, 'fc1'):  # an MLP: fc1's bias per hidden unit
+            hidden_coef[k] = float(hmod.fc1.bias is not None)
+        else:  # an inverted bottleneck: every weight of the expanded channels
+            hidden_coef[k] = float(sum(
+                p.numel() for name, p in hmod.named_parameters()
+                if not name.startswith(('hidden_select.', 'point_conv.norm', 'conv3_1x1.bn'))
+                and not name.endswith(('point_conv.conv.bias', 'conv3_1x1.conv.bias'))
+            )) / hidden_dims[k]
+        if t.selector is not None and (t.flops_per_pair or resource == 'params') and \
+                hasattr(hmod, 'fc1'):
+            n = next(n for n, m in modules.items() if m.select is t.selector)
+            pair_hidden[n] = k
+            pair[n] = float(t.flops_per_pair) if resource == 'flops' else 2.
     for n, m in modules.items():
         t = terms.get(id(m.select))
         if t is None:
             raise ValueError(f'block {n} has no cost term')
-        per_channel[n] = float(t.flops_per_channel if resource == 'flops' else
-                               t.params_per_channel)
+        if resource == 'flops':
+            per_channel[n] = float(t.flops_per_channel + t.flops_per_pair * t.hidden_dim)
+        else:
+            per_channel[n] = float(t.params_per_channel)
     size = tuple(input_size) if input_size is not None else backbone.input_size
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     shape = (1, in_ch) + tuple(size)
@@ -199,7 +227,8 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
                       [BlockSelection(n, dims[n], list(range(half[n]))) for n in names])
     pruned = copy.deepcopy(model)
     apply_subnet_(pruned if model is backbone else pruned.backbone, spec)
-    thetas = [m.theta for m in backbone.modules() if isinstance(m, QKChannelSelector)]
+    thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
+              for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
 
     def params(module):
         arch = {id(p) for m in module.modules() if isinstance(m, ChannelSelector)
@@ -219,6 +248,14 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
                            f'({nominal:.0f} for the dropped half) do not match the model\'s '
                            f'count ({full - small:.0f})')
     coef = {n: per_channel[n] * scale for n in names}
-    const = full - sum(coef[n] * dims[n] for n in names)
-    return LinearCost(resource, baseline=full - theta, const=const, coef=coef, dims=dims,
-                      input_size=tuple(size), meta=dict(scale=scale))
+    if resource == 'flops':
+        pair = {n: c * scale for n, c in pair.items()}
+        hidden_coef = {k: c * scale for k, c in hidden_coef.items()}
+    # the per-channel count at full hidden width is coef + pair·H: split it
+    for n, c in pair.items():
+        coef[n] -= c * hidden_dims[pair_hidden[n]]
+    cost = LinearCost(resource, baseline=full - theta, const=0., coef=coef, dims=dims,
+                      input_size=tuple(size), meta=dict(scale=scale), pair=pair,
+                      pair_hidden=pair_hidden, hidden_coef=hidden_coef, hidden_dims=hidden_dims)
+    cost.const = full - cost.at(dims)
+    return cost

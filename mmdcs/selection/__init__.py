@@ -14,18 +14,20 @@ from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
 from .budget import (RESOURCES, BudgetError, LinearCost, alpha_scores, budget_subnet,
                      magnitude_scores, select_to_budget)
 from .gates import BinaryGumbelGate
-from .mlp import GatedMLP, PrunedMLP
+from .mlp import GatedMLP, PrunedMLP, mlp_residual
 from .selectors import DEFAULT_GATE_INIT, ChannelSelector, QKChannelSelector
-from .subnet import (SUBNET_FORMAT, BlockSelection, SubnetError, SubnetSpec, apply_subnet_,
-                     export_subnet, file_sha256, prunable_modules, prune_state_dict,
-                     selector_layout)
+from .subnet import (SUBNET_FORMAT, SUBNET_FORMATS, BlockSelection, SubnetError, SubnetSpec,
+                     apply_subnet_, export_subnet, file_sha256, hidden_layout,
+                     hidden_prunable_modules, hidden_selectors, prunable_modules,
+                     prune_state_dict, selector_layout)
 from .utils import arch_parameters, gates, set_temperature
 
 __all__ = [
     'BinaryGumbelGate', 'ChannelSelector', 'QKChannelSelector', 'DEFAULT_GATE_INIT',
-    'DCSAttention', 'GatedMLP', 'PrunedMLP', 'CostModel', 'CostTerm', 'COST_MODES',
-    'EXPECTATIONS',
-    'SUBNET_FORMAT', 'BlockSelection', 'SubnetSpec', 'SubnetError', 'export_subnet',
+    'DCSAttention', 'GatedMLP', 'PrunedMLP', 'mlp_residual', 'CostModel', 'CostTerm',
+    'COST_MODES', 'EXPECTATIONS', 'SUBNET_FORMAT', 'SUBNET_FORMATS', 'hidden_layout',
+    'hidden_prunable_modules', 'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError',
+    'export_subnet',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
     'arch_parameters', 'gates', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
     'alpha_scores', 'budget_subnet', 'magnitude_scores', 'select_to_budget'

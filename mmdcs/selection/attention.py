@@ -32,12 +32,13 @@ class DCSAttention(nn.Module):
             default) or ``'separate'`` (one each).
         head_dim: channels per head (default dim // num_heads).
         gate_init, tau: initial Linear_θ bias and temperature of the Q/K gates.
+        theta_rank: rank of Linear_θ (``None``: full, the paper; see :class:`QKChannelSelector`).
     """
 
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.,
                  proj_drop: float = 0., qk_select: Optional[str] = None,
                  head_dim: Optional[int] = None, gate_init: float = DEFAULT_GATE_INIT,
-                 tau: float = 4.5):
+                 tau: float = 4.5, theta_rank: Optional[int] = None):
         super().__init__()
         if qk_select not in QK_SELECT_MODES:
             raise ValueError(f'qk_select must be one of {QK_SELECT_MODES}, got {qk_select!r}')
@@ -54,7 +55,8 @@ class DCSAttention(nn.Module):
         self.proj = nn.Linear(self.attn_dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         self.qk_select = None if qk_select is None else QKChannelSelector(
-            dim, self.attn_dim, separate=qk_select == 'separate', gate_init=gate_init, tau=tau)
+            dim, self.attn_dim, separate=qk_select == 'separate', gate_init=gate_init, tau=tau,
+            theta_rank=theta_rank)
         #: set True to keep the last attention weights in ``last_attn`` (analysis tools)
         self.record_attn = False
         self.last_attn: Optional[Tensor] = None

@@ -46,6 +46,12 @@ class LinearCost:
         coef: prunable block name → count per kept channel.
         dims: prunable block name → D.
         input_size: (H, W) of the FLOPs.
+        pair: block name → count per (kept channel, kept hidden unit) pair of its MLP, for the
+            blocks searched with hidden-unit selection (``select_hidden``): the count is then
+            bilinear, ``pair·D̃·H̃`` (E[D̃·H̃] = E[D̃]·E[H̃], independent gates).
+        pair_hidden: block name → the path of its hidden selector (for ``pair``).
+        hidden_coef: hidden selector path → count per kept hidden unit (its own weights).
+        hidden_dims: hidden selector path → H.
     """
     resource: str
     baseline: float
@@ -54,10 +60,30 @@ class LinearCost:
     dims: Dict[str, int]
     input_size: Optional[tuple] = None
     meta: dict = field(default_factory=dict)
+    pair: Dict[str, float] = field(default_factory=dict)
+    pair_hidden: Dict[str, str] = field(default_factory=dict)
+    hidden_coef: Dict[str, float] = field(default_factory=dict)
+    hidden_dims: Dict[str, int] = field(default_factory=dict)
 
-    def at(self, kept: Dict[str, float]) -> float:
-        """The count with ``kept[name]`` channels in every block."""
-        return self.const + sum(self.coef[n] * float(kept[n]) for n in self.coef)
+    def at(self, kept: Dict[str, float],
+           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+        """The count with ``kept[name]`` channels in every block (and ``hidden_kept[path]``
+        hidden units in every hidden-selected module; default: all)."""
+        h = dict(self.hidden_dims, **(hidden_kept or {}))
+        total = self.const + sum(self.coef[n] * float(kept[n]) for n in self.coef)
+        total += sum(c * float(kept[n]) * float(h[self.pair_hidden[n]])
+                     for n, c in self.pair.items())
+        return total + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
+
+    def given_hidden(self, hidden_kept: Dict[str, float]) -> 'LinearCost':
+        """The count as a function of the channels alone, the hidden widths fixed (the export
+        to a budget keeps the searched hidden units and ranks the channels)."""
+        h = dict(self.hidden_dims, **hidden_kept)
+        coef = {n: c + self.pair.get(n, 0.) * float(h[self.pair_hidden[n]]) if n in self.pair
+                else c for n, c in self.coef.items()}
+        const = self.const + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
+        return LinearCost(self.resource, self.baseline, const, coef, dict(self.dims),
+                          self.input_size, dict(self.meta, hidden_kept=dict(hidden_kept)))
 
     @property
     def ceiling(self) -> float:
@@ -66,8 +92,9 @@ class LinearCost:
 
     @property
     def floor(self) -> float:
-        """One channel kept in every prunable block."""
-        return self.at({n: 1 for n in self.dims})
+        """One channel kept in every prunable block (and one hidden unit in every
+        hidden-selected module)."""
+        return self.at({n: 1 for n in self.dims}, {k: 1 for k in self.hidden_dims})
 
     def ratio(self, count: float) -> float:
         return count / self.baseline
@@ -89,12 +116,21 @@ class LinearCost:
                 f'ceiling 1 (the baseline; every channel kept: {self.ratio(self.ceiling):.4f})')
         return ratio * self.baseline
 
-    def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate') -> Tensor:
-        """The differentiable expected count, E[D̃_j] from each block's selector."""
+    def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
+                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+        """The differentiable expected count, E[D̃_j] from each block's selector (and E[H̃_k]
+        from each hidden selector in ``hidden``, path → selector)."""
+        d = {n: selectors[n].expected_kept(expectation) for n in self.coef}
+        h = {k: (hidden[k].expected_kept(expectation) if hidden and k in hidden
+                 else float(self.hidden_dims[k])) for k in self.hidden_dims}
         total = None
         for n, c in self.coef.items():
-            term = c * selectors[n].expected_kept(expectation)
+            term = c * d[n]
+            if n in self.pair:
+                term = term + self.pair[n] * d[n] * h[self.pair_hidden[n]]
             total = term if total is None else total + term
+        for k, c in self.hidden_coef.items():
+            total = total + c * h[k]
         return total + self.const
 
 
@@ -173,15 +209,29 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count),
     channels chosen by :func:`select_to_budget`; ``meta`` records the target and what was
     achieved (absolute and ratio)."""
+    hidden = []
+    full_cost = cost
+    if cost.hidden_dims:
+        # hidden-unit selection: the searched hidden units ({β > 0}, rounded up to multiple_of)
+        # are kept as they are; the channels are ranked to meet the budget given them
+        from .subnet import _selection, hidden_selectors
+        sels = hidden_selectors(model)
+        hidden = [_selection(k, sels[k], max(1, int(multiple_of))) for k in cost.hidden_dims]
+        cost = cost.given_hidden({b.name: b.kept for b in hidden})
     budget = cost.check_target(target, f'--target-{cost.resource}')
     keep = select_to_budget(scores, cost, budget, multiple_of)
     achieved = cost.at({n: len(k) for n, k in keep.items()})
+    assert not hidden or abs(achieved - full_cost.at(
+        {n: len(k) for n, k in keep.items()}, {b.name: b.kept for b in hidden})) < 1e-6 * max(
+            1., achieved)
     blocks = [BlockSelection(n, cost.dims[n], keep[n]) for n in prunable_modules(model)]
     meta = dict(meta)
+    if getattr(model, 'theta_rank', None) is not None and getattr(model, 'qk_select', None):
+        meta.setdefault('theta_rank', int(model.theta_rank))  # the pruned network rebuilds it
     meta['budget'] = dict(resource=cost.resource, target_ratio=float(target),
                           target=float(budget), achieved=float(achieved),
                           achieved_ratio=cost.ratio(achieved), baseline=float(cost.baseline),
                           input_size=list(cost.input_size) if cost.input_size else None)
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
-    return SubnetSpec(family, arch, variant, blocks, meta)
+    return SubnetSpec(family, arch, variant, blocks, meta, hidden)

@@ -7,7 +7,7 @@
   ``g = gate(α)`` over D channels, with α an *architecture parameter* (trained by the search loss
   only, then frozen into the list of kept channels).
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -30,25 +30,50 @@ class QKChannelSelector(nn.Module):
         separate: two masks (one for Q, one for K) instead of one shared mask.
         gate_init: initial bias of Linear_θ (its weight starts at 0, so every gate starts open).
         tau: initial temperature.
+        theta_rank: ``None`` (the paper: Linear_θ is one in_dim × qk_dim layer) or r ≥ 1:
+            Linear_θ factored as in_dim → r → qk_dim (``theta_down`` without bias, then
+            ``theta``), in_dim·r + r·qk_dim multiply-accumulates per token instead of
+            in_dim·qk_dim. ``theta`` always holds the output layer and its bias.
     """
 
     def __init__(self, in_dim: int, qk_dim: int, separate: bool = False,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
+                 theta_rank: Optional[int] = None):
         super().__init__()
+        out_dim = qk_dim * (2 if separate else 1)
+        if theta_rank is not None:
+            if isinstance(theta_rank, bool) or not isinstance(theta_rank, int) or theta_rank < 1:
+                raise ValueError(f'theta_rank must be None (full rank) or a positive integer, '
+                                 f'got {theta_rank!r}')
+            if theta_rank >= min(in_dim, out_dim):
+                theta_rank = None  # a factorisation at this rank saves nothing: the full layer
         self.qk_dim = qk_dim
         self.separate = separate
-        self.theta = nn.Linear(in_dim, qk_dim * (2 if separate else 1))
+        self.theta_rank = theta_rank
+        self.theta_down = None if theta_rank is None else nn.Linear(in_dim, theta_rank,
+                                                                      bias=False)
+        self.theta = nn.Linear(in_dim if theta_rank is None else theta_rank, out_dim)
         self.gate = BinaryGumbelGate(tau)
         self.gate_init = gate_init
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """Every gate starts open: the output layer's weight is 0 and its bias ``gate_init``
+        (the low-rank input layer gets a small random init, so the output layer has gradients)."""
         nn.init.zeros_(self.theta.weight)
         nn.init.constant_(self.theta.bias, self.gate_init)
+        if self.theta_down is not None:
+            nn.init.trunc_normal_(self.theta_down.weight, std=.02)
+
+    def logits(self, x: Tensor) -> Tensor:
+        """Linear_θ(x), full rank or factored."""
+        if self.theta_down is not None:
+            x = self.theta_down(x)
+        return self.theta(x)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:
         """x: (..., in_dim) → (mask_q, mask_k), each (..., qk_dim) of exact 0/1."""
-        m = self.gate(self.theta(x))
+        m = self.gate(self.logits(x))
         if self.separate:
             return m[..., :self.qk_dim], m[..., self.qk_dim:]
         return m, m

@@ -7,9 +7,16 @@ A *prunable* module is any module with a ``select`` attribute (a :class:`Channel
 attention projection). The description of a subnet lists, per prunable module (by its path in the
 backbone): D, the kept indices, D̃. It is JSON::
 
-    {"format": "mmdcs.subnet/1", "family": "vit", "arch": "deit-small", "variant": "dcs",
+    {"format": "mmdcs.subnet/2", "family": "vit", "arch": "deit-small", "variant": "dcs",
      "blocks": [{"name": "blocks.0.mlp", "dim": 384, "kept": 301, "keep": [0, 2, ...]}, ...],
+     "hidden": [{"name": "blocks.0.mlp", "dim": 1536, "kept": 700, "keep": [3, 4, ...]}, ...],
      "meta": {"source_checkpoint_sha256": "...", ...}}
+
+``hidden`` (format 2, optional) lists the kept hidden units of the modules searched with
+hidden-unit selection (``select_hidden=True``): a *hidden-prunable* module has a
+``prune_hidden_(keep, pad)`` method that narrows it in place and a ``hidden_features`` width
+(:class:`~mmdcs.selection.mlp.GatedMLP`; EfficientViT's MBConv). A hidden-prunable module that the
+file does not list keeps all its hidden units. Files of format 1 (no ``hidden``) still load.
 """
 import hashlib
 import json
@@ -22,7 +29,9 @@ import torch.nn as nn
 
 from .selectors import ChannelSelector
 
-SUBNET_FORMAT = 'mmdcs.subnet/1'
+SUBNET_FORMAT = 'mmdcs.subnet/2'
+#: every format this version reads (1: before hidden-unit selection)
+SUBNET_FORMATS = ('mmdcs.subnet/1', SUBNET_FORMAT)
 
 
 class SubnetError(ValueError):
@@ -60,34 +69,47 @@ class SubnetSpec:
     variant: str
     blocks: List[BlockSelection]
     meta: dict = field(default_factory=dict)
+    #: kept hidden units of the hidden-prunable modules (format 2; empty: all kept)
+    hidden: List[BlockSelection] = field(default_factory=list)
 
     # ---------------------------------------------------------------- (de)serialisation
     def to_dict(self) -> dict:
-        return dict(format=SUBNET_FORMAT, family=self.family, arch=self.arch,
-                    variant=self.variant, blocks=[b.to_dict() for b in self.blocks],
-                    meta=dict(self.meta))
+        d = dict(format=SUBNET_FORMAT, family=self.family, arch=self.arch,
+                 variant=self.variant, blocks=[b.to_dict() for b in self.blocks])
+        if self.hidden:
+            d['hidden'] = [b.to_dict() for b in self.hidden]
+        d['meta'] = dict(self.meta)
+        return d
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = 'subnet') -> 'SubnetSpec':
-        if not isinstance(d, dict) or d.get('format') != SUBNET_FORMAT:
-            raise SubnetError(f'{source}: not an mmdcs subnet description (expected '
-                              f'"format": "{SUBNET_FORMAT}")')
-        for key in ('family', 'arch', 'variant', 'blocks'):
-            if key not in d:
-                raise SubnetError(f'{source}: missing key {key!r}')
+    @staticmethod
+    def _parse_blocks(items, source: str, key: str) -> List[BlockSelection]:
+        if not isinstance(items, list):
+            raise SubnetError(f'{source}: "{key}" must be a list')
         blocks = []
-        for i, b in enumerate(d['blocks']):
+        for i, b in enumerate(items):
             try:
                 blocks.append(BlockSelection(str(b['name']), int(b['dim']),
                                              [int(k) for k in b['keep']],
                                              [int(k) for k in b.get('pad', [])]))
-            except (KeyError, TypeError, ValueError) as e:
-                raise SubnetError(f'{source}: block #{i} is malformed ({e!r}); each block needs '
-                                  '"name", "dim" and "keep"') from e
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise SubnetError(f'{source}: {key} entry #{i} is malformed ({e!r}); each entry '
+                                  'needs "name", "dim" and "keep"') from e
             if 'kept' in b and int(b['kept']) != len(b['keep']):
-                raise SubnetError(f'{source}: block {b["name"]}: "kept" = {b["kept"]} but '
+                raise SubnetError(f'{source}: {key} entry {b["name"]}: "kept" = {b["kept"]} but '
                                   f'"keep" lists {len(b["keep"])} channels')
-        return cls(d['family'], d['arch'], d['variant'], blocks, dict(d.get('meta', {})))
+        return blocks
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = 'subnet') -> 'SubnetSpec':
+        if not isinstance(d, dict) or d.get('format') not in SUBNET_FORMATS:
+            raise SubnetError(f'{source}: not an mmdcs subnet description (expected '
+                              f'"format": one of {", ".join(SUBNET_FORMATS)})')
+        for key in ('family', 'arch', 'variant', 'blocks'):
+            if key not in d:
+                raise SubnetError(f'{source}: missing key {key!r}')
+        blocks = cls._parse_blocks(d['blocks'], source, 'blocks')
+        hidden = cls._parse_blocks(d.get('hidden', []), source, 'hidden')
+        return cls(d['family'], d['arch'], d['variant'], blocks, dict(d.get('meta', {})), hidden)
 
     def save(self, path: str) -> None:
         with open(path, 'w') as f:
@@ -120,17 +142,26 @@ class SubnetSpec:
     def kept_ratio(self) -> float:
         return sum(b.kept for b in self.blocks) / max(1, sum(b.dim for b in self.blocks))
 
+    @property
+    def hidden_kept_ratio(self) -> Optional[float]:
+        """Kept fraction of the listed hidden units (None without hidden selection)."""
+        if not self.hidden:
+            return None
+        return sum(b.kept for b in self.hidden) / max(1, sum(b.dim for b in self.hidden))
+
     def keep_map(self) -> Dict[str, List[int]]:
         return {b.name: b.keep for b in self.blocks}
 
     def check(self, family: str, arch: str, layout: Dict[str, int],
-              variant: Optional[str] = None) -> None:
+              variant: Optional[str] = None,
+              hidden_layout: Optional[Dict[str, int]] = None) -> None:
         """Refuse a description that does not fit a backbone.
 
         Args:
             family, arch: of the backbone.
             layout: prunable module path → D, of the backbone's supernet.
             variant: of the backbone, if it is fixed by its config.
+            hidden_layout: hidden-prunable module path → hidden width H (checks ``hidden``).
         """
         if self.family != family:
             raise SubnetError(f'the subnet is for the {self.family!r} family, this backbone is '
@@ -165,6 +196,33 @@ class SubnetSpec:
                 raise SubnetError(f'block {b.name}: repeated channel indices')
             if not set(b.pad) <= set(b.keep):
                 raise SubnetError(f'block {b.name}: "pad" lists channels that are not in "keep"')
+        if self.hidden:
+            self._check_hidden(hidden_layout or {})
+
+    def _check_hidden(self, hidden_layout: Dict[str, int]) -> None:
+        names = [b.name for b in self.hidden]
+        if len(set(names)) != len(names):
+            raise SubnetError('the subnet lists the hidden units of a module twice')
+        for b in self.hidden:
+            if b.name not in hidden_layout:
+                raise SubnetError(f'hidden entry {b.name}: the backbone has no module with '
+                                  f'prunable hidden units there')
+            dim = hidden_layout[b.name]
+            if b.dim != dim:
+                raise SubnetError(f'hidden entry {b.name}: the subnet says H = {b.dim}, the '
+                                  f'backbone has H = {dim}')
+            if b.kept == 0:
+                raise SubnetError(f'hidden entry {b.name}: no hidden unit kept; a module needs '
+                                  'at least one')
+            bad = [k for k in b.keep if not 0 <= k < dim]
+            if bad:
+                raise SubnetError(f'hidden entry {b.name}: unit index {bad[0]} is out of range '
+                                  f'[0, {dim})')
+            if len(set(b.keep)) != len(b.keep):
+                raise SubnetError(f'hidden entry {b.name}: repeated unit indices')
+            if not set(b.pad) <= set(b.keep):
+                raise SubnetError(f'hidden entry {b.name}: "pad" lists units that are not in '
+                                  '"keep"')
 
 
 def prunable_modules(model: nn.Module) -> Dict[str, nn.Module]:
@@ -181,9 +239,52 @@ def selector_layout(model: nn.Module) -> Dict[str, int]:
     return {name: m.select.dim for name, m in prunable_modules(model).items()}
 
 
+def hidden_prunable_modules(model: nn.Module) -> Dict[str, nn.Module]:
+    """Path → module for every module whose hidden units can be pruned (``prune_hidden_``),
+    with or without a hidden selector."""
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if callable(getattr(m, 'prune_hidden_', None)) and hasattr(m, 'hidden_features')
+    }
+
+
+def hidden_layout(model: nn.Module) -> Dict[str, int]:
+    """Path → hidden width H of every hidden-prunable module."""
+    return {name: int(m.hidden_features) for name, m in hidden_prunable_modules(model).items()}
+
+
+def hidden_selectors(model: nn.Module) -> Dict[str, ChannelSelector]:
+    """Path → hidden selector of every module searched with hidden-unit selection."""
+    return {
+        name: m.hidden_select
+        for name, m in hidden_prunable_modules(model).items()
+        if isinstance(getattr(m, 'hidden_select', None), ChannelSelector)
+    }
+
+
+def _selection(name: str, selector: ChannelSelector, multiple_of: int) -> BlockSelection:
+    """{α > 0} of one selector (at least its largest α), rounded up to ``multiple_of`` with the
+    dropped entries of largest α (``pad``)."""
+    alpha = selector.alpha.detach()
+    keep = selector.keep_indices()
+    if keep.numel() == 0:
+        keep = alpha.argmax().view(1)
+    pad: List[int] = []
+    target = min(selector.dim, -(-keep.numel() // multiple_of) * multiple_of)
+    if target > keep.numel():
+        dropped = torch.ones_like(alpha, dtype=torch.bool)
+        dropped[keep] = False
+        cand = dropped.nonzero().flatten()
+        order = alpha[cand].argsort(descending=True, stable=True)
+        pad = sorted(cand[order[:target - keep.numel()]].tolist())
+    return BlockSelection(name, selector.dim, sorted(keep.tolist() + pad), pad)
+
+
 def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   multiple_of: int = 1, **meta) -> SubnetSpec:
-    """The deterministic subnet of a supernet: kept = {i : α_i > 0} in every prunable module.
+    """The deterministic subnet of a supernet: kept = {i : α_i > 0} in every prunable module
+    (and every hidden selector: the spec's ``hidden`` entries).
 
     A module whose α are all ≤ 0 keeps its single largest channel (a block cannot be empty).
 
@@ -196,27 +297,16 @@ def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if int(multiple_of) < 1:
         raise SubnetError(f'multiple_of must be a positive integer, got {multiple_of}')
     multiple_of = int(multiple_of)
-    blocks = []
-    for name, m in prunable_modules(model).items():
-        alpha = m.select.alpha.detach()
-        keep = m.select.keep_indices()
-        if keep.numel() == 0:
-            keep = alpha.argmax().view(1)
-        pad: List[int] = []
-        target = min(m.select.dim, -(-keep.numel() // multiple_of) * multiple_of)
-        if target > keep.numel():
-            dropped = torch.ones_like(alpha, dtype=torch.bool)
-            dropped[keep] = False
-            cand = dropped.nonzero().flatten()
-            order = alpha[cand].argsort(descending=True, stable=True)
-            pad = sorted(cand[order[:target - keep.numel()]].tolist())
-        blocks.append(BlockSelection(name, m.select.dim, sorted(keep.tolist() + pad), pad))
+    blocks = [_selection(name, m.select, multiple_of)
+              for name, m in prunable_modules(model).items()]
     if not blocks:
         raise SubnetError('this model has no channel selectors: export needs a DCS or KCR '
                           'supernet')
+    hidden = [_selection(name, sel, multiple_of)
+              for name, sel in hidden_selectors(model).items()]
     if multiple_of > 1:
         meta.setdefault('multiple_of', multiple_of)
-    return SubnetSpec(family, arch, variant, blocks, meta)
+    return SubnetSpec(family, arch, variant, blocks, meta, hidden)
 
 
 def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
@@ -231,7 +321,14 @@ def apply_subnet_(model: nn.Module, spec: SubnetSpec) -> nn.Module:
 
     A model that prunes more than its prunable modules (MobileViT's projection conv reads the
     kept channels of the block before it) does so in its ``_after_subnet(spec)`` method, called
-    last."""
+    last. Hidden units (``spec.hidden``) are pruned first, in place."""
+    if spec.hidden:
+        narrowable = hidden_prunable_modules(model)
+        for b in spec.hidden:
+            if b.name not in narrowable:
+                raise SubnetError(f'hidden entry {b.name}: no module with prunable hidden units '
+                                  'at this path')
+            narrowable[b.name].prune_hidden_(b.keep, pad=b.pad)
     modules = prunable_modules(model)
     for b in spec.blocks:
         if b.name not in modules:

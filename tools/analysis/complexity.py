@@ -8,6 +8,11 @@ whole classifiers at the nominal input size (224; 256 for MobileViT), beside the
         [--models vit-s16 vit-b16 swin-t swin-b mobilevit-xs mobilevit-s efficientvit-b1]
         [--size N] [--backbone-only] [--no-attention-flops] [--out table.md]
 
+The DCS paper's mobile models with hidden-unit selection at the paper's own FLOPs ratio (ours
+beside the paper's params and FLOPs, as ratios to each one's baseline):
+
+    python tools/analysis/complexity.py --paper-budget [--models mobilevit-xs ...] [--out t.md]
+
 One config's model (the backbone; for a classifier also the whole model in 'tensor' mode), at
 the config's input size or --shape, optionally pruned to an exported subnet:
 
@@ -48,6 +53,10 @@ def parse_args(argv=None):
     parser.add_argument('--no-attention-flops', action='store_true',
                         help='mmengine\'s own count, without the attention products of '
                         'scaled_dot_product_attention')
+    parser.add_argument('--paper-budget', action='store_true',
+                        help='table of the DCS paper\'s mobile models with hidden-unit '
+                        'selection at the paper\'s own FLOPs ratio: params and FLOPs ratios, '
+                        'ours beside the paper\'s')
     parser.add_argument('--out', help='also write the table (markdown) to this file')
     parser.add_argument('--subnet', help='config mode: build the backbone from this subnet.json')
     parser.add_argument('--shape', type=int, nargs='+', metavar='N',
@@ -59,9 +68,29 @@ def parse_args(argv=None):
                         help='config mode: override settings of the config, key=value')
     add_force_argument(parser)
     args = parser.parse_args(argv)
-    if bool(args.table) == bool(args.config):
-        parser.error('give either a CONFIG or --table')
+    if bool(args.table or args.paper_budget) == bool(args.config):
+        parser.error('give either a CONFIG or --table / --paper-budget')
     return args
+
+
+def run_paper_budget(args) -> str:
+    from mmdcs.analysis.complexity import (PAPER_BUDGET_MODELS, backbone_class,
+                                           format_paper_budget_table, paper_budget_table)
+    models = args.models or list(PAPER_BUDGET_MODELS)
+    t0 = time.perf_counter()
+    try:
+        for m in models:
+            backbone_class(m)
+        rows = paper_budget_table(models, seed=args.seed,
+                                  count_attention=not args.no_attention_flops)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    text = format_paper_budget_table(rows)
+    print(text)
+    print(f'\n({len(rows)} rows in {time.perf_counter() - t0:.0f} s)')
+    if args.out:
+        write_text(args.out, text + '\n')
+    return text
 
 
 def run_table(args) -> str:
@@ -144,7 +173,9 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         refuse_overwrite([args.out], args.force)
-        if args.table:
+        if args.paper_budget:
+            run_paper_budget(args)
+        elif args.table:
             run_table(args)
         else:
             run_config(args)

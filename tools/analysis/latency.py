@@ -9,6 +9,12 @@ keeping --ratio of every prunable block, random weights (timing does not depend 
         [--threads 1] [--warmup 3] [--repeats 10] [--devices cpu cuda] [--profile]
         [--out table.md] [--json rows.json]
 
+At a FLOPs budget instead of a kept ratio, with hidden-unit selection (one kept ratio for every
+block's channels and every MLP's hidden units, chosen so that the backbone's FLOPs are the target;
+widths rounded up to a multiple of 8 unless --multiple-of says otherwise):
+
+    python tools/analysis/latency.py --target-flops 0.7 --select-hidden [all] [--hidden-only] ...
+
 An exported subnet (its arch is read from the file):
 
     python tools/analysis/latency.py --subnet work_dirs/.../subnet.json [--size N] ...
@@ -54,9 +60,18 @@ def parse_args(argv=None):
                    'efficientvit-b1)')
     p.add_argument('--ratio', type=float, default=0.7,
                    help='kept ratio of the random subnets (default 0.7)')
-    p.add_argument('--multiple-of', type=int, default=1, metavar='N',
+    p.add_argument('--multiple-of', type=int, default=None, metavar='N',
                    help='round the random subnets\' kept widths up to a multiple of N (as '
-                   'tools/export_subnet.py --multiple-of)')
+                   'tools/export_subnet.py --multiple-of; default 1, with --target-flops 8)')
+    p.add_argument('--target-flops', type=float, default=None, metavar='R',
+                   help='random subnets at this FLOPs ratio to the baseline instead of --ratio')
+    p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
+                   help='with --target-flops: also prune every MLP\'s hidden units; "all": '
+                   'also the expanded channels of the convolutional inverted bottlenecks '
+                   '(MobileViT MV2, EfficientViT MBConv)')
+    p.add_argument('--hidden-only', action='store_true',
+                   help='with --target-flops --select-hidden: prune the hidden units only '
+                   '(every block keeps all its channels)')
     p.add_argument('--variant', default=None,
                    help='variant of the random subnets (default: the paper\'s per family: kcr '
                    'for vit/swin, dcs for mobilevit/efficientvit)')
@@ -90,6 +105,14 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not 0 < args.ratio <= 1:
         p.error(f'--ratio must be in (0, 1], got {args.ratio}')
+    if args.target_flops is not None and not 0 < args.target_flops <= 1:
+        p.error(f'--target-flops must be in (0, 1], got {args.target_flops}')
+    if (args.select_hidden or args.hidden_only) and args.target_flops is None:
+        p.error('--select-hidden and --hidden-only go with --target-flops')
+    if args.hidden_only and not args.select_hidden:
+        p.error('--hidden-only needs --select-hidden')
+    if args.multiple_of is None:
+        args.multiple_of = 8 if args.target_flops is not None else 1
     if args.multiple_of < 1:
         p.error(f'--multiple-of must be a positive integer, got {args.multiple_of}')
     if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.number < 1:
@@ -187,7 +210,8 @@ def run(args):
                 from mmdcs.analysis.latency import _size
                 try:
                     b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
-                                         args.seed, args.multiple_of)
+                                         args.seed, args.multiple_of, args.target_flops,
+                                         args.select_hidden, not args.hidden_only)
                 except (KeyError, ValueError) as e:
                     raise UserError(f'{m}: {e}') from e
                 return b, s, _size(args.size, m)

@@ -40,8 +40,8 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, QKChannelSelector,
-                             SubnetError, SubnetSpec,
-                             apply_subnet_, export_subnet, prunable_modules, selector_layout)
+                             SubnetError, SubnetSpec, apply_subnet_, export_subnet, hidden_layout,
+                             prunable_modules, selector_layout)
 
 #: variant -> (Q/K channel selection, attention-output/MLP channel selection)
 #: 'dcs-arch1' and 'dcs-arch2' are the paper's ablations (seed 000, Table 8): Q/K selection only,
@@ -78,6 +78,13 @@ class SelectableBackbone(BaseModule):
         qk_mask: ``'shared'`` (one Q/K mask, the paper) or ``'separate'`` (the QK-Mask ablation).
         gate_init: initial α and Linear_θ bias (every gate starts open).
         tau: initial gate temperature (then set by ``TemperatureHook``).
+        select_hidden: also search the hidden units of every block's MLP (a second gate, see
+            :class:`~mmdcs.selection.GatedMLP`); needs a variant with MLP selection. Off by
+            default (the papers). ``'all'``: also the expanded channels of the convolutional
+            inverted bottlenecks (MobileViT's MV2 blocks, EfficientViT's MBConvs; needs
+            ``cost.mode='flops'``). A subnet carries its hidden units itself (its ``hidden``).
+        theta_rank: rank r of the Q/K mask generator Linear_θ (D→r→D; ``None``: full rank, the
+            paper). A subnet exported from such a supernet records it (``meta.theta_rank``).
     """
     family: str = ''
     arch_zoo: Dict[str, dict] = {}
@@ -94,7 +101,8 @@ class SelectableBackbone(BaseModule):
 
     def __init__(self, arch: str, variant: Optional[str] = None,
                  subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, init_cfg=None):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, init_cfg=None,
+                 select_hidden: bool = False, theta_rank: Optional[int] = None):
         super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
         check_choice('arch', arch, list(self.arch_zoo), name)
@@ -119,13 +127,29 @@ class SelectableBackbone(BaseModule):
         self.mlp_select: bool = mlp
         self.gate_init = gate_init
         self.init_tau = tau
+        if select_hidden not in (False, True, 'all'):
+            raise ValueError(f"{name}: select_hidden must be False, True or 'all', got "
+                             f'{select_hidden!r}')
+        if select_hidden and not mlp:
+            raise ValueError(f'{name}: select_hidden needs a variant with MLP channel selection '
+                             f'(dcs, kcr, dcs-arch2), got {variant!r}')
+        #: for the family: whether MLPs get a hidden-unit selector (never in a pruned network:
+        #: the subnet lists the kept hidden units)
+        self.select_hidden: Union[bool, str] = select_hidden if self.subnet_spec is None else False
+        spec_rank = None if self.subnet_spec is None else self.subnet_spec.meta.get('theta_rank')
+        if spec_rank is not None and theta_rank is not None and int(spec_rank) != theta_rank:
+            raise SubnetError(f'{name}: theta_rank={theta_rank}, but the subnet was searched '
+                              f'with theta_rank={spec_rank}')
+        #: for the family: rank of Linear_θ (None: full)
+        self.theta_rank: Optional[int] = theta_rank if spec_rank is None else int(spec_rank)
 
     # ----------------------------------------------------------------- supernet / subnet
     def _apply_subnet(self) -> None:
         """Call at the end of a family's ``__init__``: prune to ``subnet`` if one was given."""
         if self.subnet_spec is None:
             return
-        self.subnet_spec.check(self.family, self.arch, selector_layout(self), self.variant)
+        self.subnet_spec.check(self.family, self.arch, selector_layout(self), self.variant,
+                               hidden_layout(self))
         apply_subnet_(self, self.subnet_spec)  # also calls self._after_subnet
 
     def _after_subnet(self, spec: SubnetSpec) -> None:
@@ -141,6 +165,8 @@ class SelectableBackbone(BaseModule):
         if not self.is_supernet:
             raise SubnetError(f'{type(self).__name__}({self.variant}) has no architecture '
                               'parameters to export (a baseline, or already pruned)')
+        if self.theta_rank is not None and self.qk_select is not None:
+            meta.setdefault('theta_rank', self.theta_rank)
         return export_subnet(self, self.family, self.arch, self.variant, multiple_of, **meta)
 
     # ----------------------------------------------------------------- cost
@@ -162,7 +188,9 @@ class SelectableBackbone(BaseModule):
         ``'paper'`` mode their parameters (the unit of the papers' l·(2D̃² + D̃)), in
         ``'flops'`` mode their multiply-accumulates at the nominal input size (tokens ×
         in × out, the tokens found by one forward pass); 0 without Q/K selection."""
-        thetas = [m.theta for m in self.modules() if isinstance(m, QKChannelSelector)]
+        # both layers of a low-rank Linear_θ (theta_rank): theta_down (D→r) and theta (r→D)
+        thetas = [lin for m in self.modules() if isinstance(m, QKChannelSelector)
+                  for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
         if not thetas:
             return 0.
         if mode == 'paper':
@@ -236,7 +264,7 @@ class SelectableBackbone(BaseModule):
         to be missing: they keep their "all kept" initialisation. Anything else missing or
         unexpected is reported (an error with ``strict=True``, returned otherwise)."""
         missing, unexpected = self.load_state_dict(state_dict, strict=False)
-        selection = ('.qk_select.', '.select.', 'gate.tau')
+        selection = ('.qk_select.', '.select.', '.hidden_select.', 'gate.tau')
         missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
         if strict and (missing or unexpected):
             raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '

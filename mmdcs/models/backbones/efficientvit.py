@@ -44,7 +44,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
-from mmdcs.selection.mlp import zero_positions
+from mmdcs.selection.mlp import narrow_inverted_bottleneck_, zero_positions
 from ..heads.efficientvit_head import EfficientViTClsHead  # noqa: F401  (importable here too)
 from .base import SelectableBackbone, normalize_out_indices
 
@@ -107,6 +107,55 @@ class MBConv(nn.Module):
         return self.point_conv(self.depth_conv(self.inverted_conv(x)))
 
 
+class GatedMBConv(MBConv):
+    """The MBConv of a transformer block (EfficientViT's FFN), with optional hidden-unit selection
+    (``select_hidden``): a gate h = gate(β) over the ``mid`` expanded channels, applied after the
+    depthwise conv. Pruned (:meth:`prune_hidden_`): all three convs physically narrower, no
+    gather (the residual width is unchanged)."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1,
+                 expand_ratio: float = 4, fewer_norm: bool = False,
+                 norm_layer: Type[nn.Module] = nn.BatchNorm2d,
+                 act_layer: Type[nn.Module] = nn.Hardswish, select_hidden: bool = False,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+        super().__init__(in_channels, out_channels, stride, expand_ratio, fewer_norm,
+                         norm_layer, act_layer)
+        #: the expanded width H (hidden-prunable module)
+        self.hidden_features = self.depth_conv.conv.out_channels
+        self.hidden_select = ChannelSelector(self.hidden_features, gate_init, tau) if (
+            select_hidden) else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.depth_conv(self.inverted_conv(x))
+        if self.hidden_select is not None:
+            h = h * self.hidden_select().to(h.dtype).view(1, -1, 1, 1)
+        return self.point_conv(h)
+
+    @torch.no_grad()
+    def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:
+        """Keep the ``keep`` expanded channels, in place (the ``pad`` ones with zero weights)."""
+        self.hidden_features = narrow_inverted_bottleneck_(
+            self.inverted_conv, self.depth_conv, self.point_conv, keep, pad)
+        self.hidden_select = None
+
+
+class GroupedPointwiseConv(nn.Conv2d):
+    """A grouped 1×1 convolution (LiteMLA's multi-scale aggregation, ``groups = 3·heads``)
+    computed as one batched matmul over the groups: the same parameters and result as
+    ``nn.Conv2d``, but PyTorch's CPU path runs a grouped 1×1 conv as a loop of tiny convs
+    (7× slower at B1's shapes, ``tools/analysis/latency.py --profile``), time that no FLOPs
+    count and no pruning removes."""
+
+    def __init__(self, channels: int, groups: int):
+        super().__init__(channels, channels, 1, groups=groups, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        B, C, H, W = x.shape
+        g = self.groups
+        w = self.weight.view(g, C // g, C // g)
+        return torch.matmul(w, x.reshape(B, g, C // g, H * W)).view(B, C, H, W)
+
+
 class ResidualBlock(nn.Module):
     """``main(x) + x`` (``shortcut=False``: ``main(x)``, the strided first block of a stage)."""
 
@@ -138,7 +187,8 @@ class LiteMLA(nn.Module):
                  scales: Sequence[int] = (5, ), eps: float = 1e-5,
                  norm_layer: Type[nn.Module] = nn.BatchNorm2d, qk_select: Optional[str] = None,
                  select: bool = False, keep: Union[None, Tensor, Sequence[int]] = None,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         if qk_select not in (None, 'shared', 'separate'):
             raise ValueError(f'qk_select must be None, "shared" or "separate", got {qk_select!r}')
@@ -146,7 +196,8 @@ class LiteMLA(nn.Module):
         total_dim = heads * dim
         self._args = dict(in_channels=in_channels, out_channels=out_channels, dim=dim,
                           scales=tuple(scales), eps=eps, norm_layer=norm_layer,
-                          qk_select=qk_select, gate_init=gate_init, tau=tau)
+                          qk_select=qk_select, gate_init=gate_init, tau=tau,
+                          theta_rank=theta_rank)
         self.eps = eps
         self.dim = dim
         self.heads = heads
@@ -159,13 +210,13 @@ class LiteMLA(nn.Module):
             nn.Sequential(
                 nn.Conv2d(3 * total_dim, 3 * total_dim, s, padding=s // 2,
                           groups=3 * total_dim, bias=False),
-                nn.Conv2d(3 * total_dim, 3 * total_dim, 1, groups=3 * heads, bias=False),
+                GroupedPointwiseConv(3 * total_dim, 3 * heads),
             ) for s in scales
         ])
         self.kernel_func = nn.ReLU(inplace=False)
         self.qk_select = None if qk_select is None else QKChannelSelector(
             in_channels, total_dim, separate=qk_select == 'separate', gate_init=gate_init,
-            tau=tau)
+            tau=tau, theta_rank=theta_rank)
         if keep is not None:
             keep = torch.as_tensor(keep, dtype=torch.long).flatten()
             if keep.numel() == 0:
@@ -246,14 +297,17 @@ class EfficientVitBlock(nn.Module):
 
     def __init__(self, in_channels: int, head_dim: int = 32, expand_ratio: float = 4,
                  norm_layer: Type[nn.Module] = nn.BatchNorm2d,
-                 act_layer: Type[nn.Module] = nn.Hardswish, **select_kwargs):
+                 act_layer: Type[nn.Module] = nn.Hardswish, select_hidden: bool = False,
+                 **select_kwargs):
         super().__init__()
         self.context_module = ResidualBlock(
             LiteMLA(in_channels, in_channels, dim=head_dim, norm_layer=norm_layer,
                     **select_kwargs))
         self.local_module = ResidualBlock(
-            MBConv(in_channels, in_channels, expand_ratio=expand_ratio, fewer_norm=True,
-                   norm_layer=norm_layer, act_layer=act_layer))
+            GatedMBConv(in_channels, in_channels, expand_ratio=expand_ratio, fewer_norm=True,
+                        norm_layer=norm_layer, act_layer=act_layer, select_hidden=select_hidden,
+                        gate_init=select_kwargs.get('gate_init', DEFAULT_GATE_INIT),
+                        tau=select_kwargs.get('tau', 4.5)))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.local_module(self.context_module(x))
@@ -273,24 +327,33 @@ class Stem(nn.Sequential):
 
 
 class EfficientVitStage(nn.Module):
-    """A strided MBConv, then MBConvs (``vit_stage=False``) or EfficientVitBlocks."""
+    """A strided MBConv, then MBConvs (``vit_stage=False``) or EfficientVitBlocks.
+
+    ``select_hidden``: True gates the MBConv of every EfficientVitBlock (the transformer blocks'
+    FFN); ``'all'`` also the other MBConvs of the stage (the convolutional FFNs)."""
 
     def __init__(self, in_channels: int, out_channels: int, depth: int,
                  norm_layer: Type[nn.Module], act_layer: Type[nn.Module], expand_ratio: float,
-                 head_dim: int, vit_stage: bool = False, **select_kwargs):
+                 head_dim: int, vit_stage: bool = False, select_hidden: Union[bool, str] = False,
+                 **select_kwargs):
         super().__init__()
+        conv_kwargs = dict(norm_layer=norm_layer, act_layer=act_layer,
+                           select_hidden=select_hidden == 'all',
+                           gate_init=select_kwargs.get('gate_init', DEFAULT_GATE_INIT),
+                           tau=select_kwargs.get('tau', 4.5))
         blocks = [ResidualBlock(
-            MBConv(in_channels, out_channels, 2, expand_ratio, fewer_norm=vit_stage,
-                   norm_layer=norm_layer, act_layer=act_layer), shortcut=False)]
+            GatedMBConv(in_channels, out_channels, 2, expand_ratio, fewer_norm=vit_stage,
+                        **conv_kwargs), shortcut=False)]
         if vit_stage:
             blocks += [
                 EfficientVitBlock(out_channels, head_dim, expand_ratio, norm_layer, act_layer,
-                                  **select_kwargs) for _ in range(depth)
+                                  select_hidden=bool(select_hidden), **select_kwargs)
+                for _ in range(depth)
             ]
         else:
             blocks += [
-                ResidualBlock(MBConv(out_channels, out_channels, 1, expand_ratio,
-                                     norm_layer=norm_layer, act_layer=act_layer))
+                ResidualBlock(GatedMBConv(out_channels, out_channels, 1, expand_ratio,
+                                          **conv_kwargs))
                 for _ in range(1, depth)
             ]
         self.blocks = nn.Sequential(*blocks)
@@ -337,8 +400,10 @@ class EfficientViT(SelectableBackbone):
                  subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
                  tau: float = 4.5, in_channels: int = 3,
                  out_indices: Union[int, Sequence[int]] = (5, ), frozen_stages: int = -1,
-                 norm_eval: bool = False, expand_ratio: float = 4, init_cfg=None):
-        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+                 norm_eval: bool = False, expand_ratio: float = 4, init_cfg=None,
+                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
+                         select_hidden=select_hidden, theta_rank=theta_rank)
         s = self.arch_settings
         widths, depths = s['widths'], s['depths']
         norm_layer, act_layer = nn.BatchNorm2d, nn.Hardswish
@@ -355,7 +420,8 @@ class EfficientViT(SelectableBackbone):
         self.out_channels = tuple(self.channels[i] for i in self.out_indices)
 
         select_kwargs = dict(qk_select=self.qk_select, select=self.mlp_select,
-                             gate_init=self.gate_init, tau=self.init_tau)
+                             gate_init=self.gate_init, tau=self.init_tau,
+                             theta_rank=self.theta_rank, select_hidden=self.select_hidden)
         self.stem = Stem(in_channels, widths[0], depths[0], norm_layer, act_layer)
         self.stages = nn.Sequential(*[
             EfficientVitStage(widths[i], widths[i + 1], depths[i + 1], norm_layer, act_layer,
@@ -408,21 +474,49 @@ class EfficientViT(SelectableBackbone):
           channels of the next MBConv's first conv (a proxy: the residual keeps all channels);
         * flops: H·W·C_out per kept channel, the MACs of ``proj`` (the only layer whose shape
           depends on D̃; the gather before it costs no MACs).
+
+        With hidden-unit selection the block's MBConv (its FFN) adds H·W·(C + 9 + C) per kept
+        expanded channel (1×1 expand, 3×3 depthwise, 1×1 project; ``flops_per_hidden``); in
+        ``'paper'`` mode the paper's term is scaled by H̃/H (:class:`CostTerm`). With
+        ``select_hidden='all'`` every other gated MBConv adds a hidden-only term (no D̃;
+        ``'flops'`` mode only: the paper has no such term).
         """
         terms = []
         for i, stage in enumerate(self.stages):
             hw = (self.nominal_size // self.strides[i + 1])**2
-            for block in stage.blocks:
+            for j, block in enumerate(stage.blocks):
                 if not isinstance(block, EfficientVitBlock):
+                    mb = block.main
+                    if getattr(mb, 'hidden_select', None) is not None:
+                        hw_in = hw * (4 if j == 0 else 1)  # the first MBConv strides by 2
+                        k = mb.depth_conv.conv.kernel_size
+                        # + the BatchNorms after the expand and depthwise convs (2 per element
+                        # in eval, mmengine's count)
+                        bn1 = 2 if isinstance(mb.inverted_conv.norm, _BatchNorm) else 0
+                        bn2 = 2 if isinstance(mb.depth_conv.norm, _BatchNorm) else 0
+                        terms.append(CostTerm(None, hidden=mb.hidden_select,
+                                              hidden_dim=float(mb.hidden_features),
+                                              flops_per_hidden=float(
+                                                  hw_in * (mb.inverted_conv.conv.in_channels
+                                                           + bn1)
+                                                  + hw * (k[0] * k[1] + bn2
+                                                          + mb.point_conv.conv.out_channels))))
                     continue
                 attn = block.context_module.main
                 if attn.select is None:
                     continue
-                next_conv = block.local_module.main.inverted_conv.conv
+                mb = block.local_module.main
+                next_conv = mb.inverted_conv.conv
+                hidden = getattr(mb, 'hidden_select', None)
+                per_hidden = 0. if hidden is None else float(hw * (
+                    next_conv.in_channels + mb.depth_conv.conv.kernel_size[0]
+                    * mb.depth_conv.conv.kernel_size[1] + mb.point_conv.conv.out_channels))
                 terms.append(CostTerm(attn.select, mlp_layers=1,
                                       conv_hwc=float(hw * next_conv.out_channels),
                                       flops_per_channel=float(hw * attn.proj.conv.out_channels),
-                                      params_per_channel=float(attn.proj.conv.out_channels)))
+                                      params_per_channel=float(attn.proj.conv.out_channels),
+                                      hidden=hidden, hidden_dim=float(mb.hidden_features),
+                                      flops_per_hidden=per_hidden))
         return terms
 
     # ----------------------------------------------------------------- checkpoints

@@ -55,9 +55,10 @@ from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
 from mmdcs.registry import MODELS
-from mmdcs.selection import (DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP,
-                             QKChannelSelector, SubnetSpec)
-from mmdcs.selection.mlp import zero_positions
+from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, DCSAttention,
+                             GatedMLP, QKChannelSelector, SubnetSpec, mlp_residual)
+from mmdcs.selection.cost import mlp_cost_term
+from mmdcs.selection.mlp import narrow_inverted_bottleneck_, zero_positions
 from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
                    enclosing_module, normalize_out_indices, query_cell)
 
@@ -99,7 +100,8 @@ class InvertedResidual(nn.Module):
     """MobileNetV2 block, timm's ``BottleneckBlock(bottle_in=True, linear_out=True, gs=1)``."""
 
     def __init__(self, in_chs: int, out_chs: int, stride: int = 1, expand_ratio: float = 4.,
-                 drop_path: float = 0.):
+                 drop_path: float = 0., select_hidden: bool = False,
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
         super().__init__()
         mid = make_divisible(in_chs * expand_ratio)
         self.conv1_1x1 = ConvNormAct(in_chs, mid, 1)
@@ -108,12 +110,25 @@ class InvertedResidual(nn.Module):
         self.has_shortcut = in_chs == out_chs and stride == 1
         self.drop_path = DropPath(drop_path) if drop_path > 0 and self.has_shortcut \
             else nn.Identity()
+        #: the expanded width (hidden-prunable module, ``select_hidden='all'``)
+        self.hidden_features = mid
+        self.hidden_select = ChannelSelector(mid, gate_init, tau) if select_hidden else None
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.conv3_1x1(self.conv2_kxk(self.conv1_1x1(x)))
+        h = self.conv2_kxk(self.conv1_1x1(x))
+        if self.hidden_select is not None:
+            h = h * self.hidden_select().to(h.dtype).view(1, -1, 1, 1)
+        out = self.conv3_1x1(h)
         if self.has_shortcut:
             out = x + self.drop_path(out)
         return out
+
+    @torch.no_grad()
+    def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:
+        """Keep the ``keep`` expanded channels, in place (the ``pad`` ones with zero weights)."""
+        self.hidden_features = narrow_inverted_bottleneck_(
+            self.conv1_1x1, self.conv2_kxk, self.conv3_1x1, keep, pad)
+        self.hidden_select = None
 
 
 class TransformerLayer(nn.Module):
@@ -123,20 +138,23 @@ class TransformerLayer(nn.Module):
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., qk_select: Optional[str] = None,
                  mlp_select: bool = False, gate_init: float = DEFAULT_GATE_INIT,
-                 tau: float = 4.5):
+                 tau: float = 4.5, select_hidden: bool = False,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = DCSAttention(dim, num_heads, qkv_bias=True, attn_drop=attn_drop,
                                  proj_drop=drop, qk_select=qk_select, gate_init=gate_init,
-                                 tau=tau)
+                                 tau=tau, theta_rank=theta_rank)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), act_layer=nn.SiLU, drop=drop,
-                            select=mlp_select, gate_init=gate_init, tau=tau)
+                            select=mlp_select, gate_init=gate_init, tau=tau,
+                            select_hidden=select_hidden)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        # x is this layer's own tensor: a pruned MLP may add its update into it in place
+        return mlp_residual(self.mlp, x, self.norm2(x), self.drop_path, inplace=True)
 
 
 def _keep_gate(selector: nn.Module, args, gate: Tensor) -> None:
@@ -154,14 +172,16 @@ class MobileViTBlock(nn.Module):
                  mlp_ratio: float = 2., patch_size: int = 2, drop: float = 0.,
                  attn_drop: float = 0., drop_path: float = 0., qk_select: Optional[str] = None,
                  mlp_select: bool = False, gate_init: float = DEFAULT_GATE_INIT,
-                 tau: float = 4.5):
+                 tau: float = 4.5, select_hidden: bool = False,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         self.transformer_dim = transformer_dim
         self.conv_kxk = ConvNormAct(in_chs, in_chs, 3)
         self.conv_1x1 = nn.Conv2d(in_chs, transformer_dim, 1, bias=False)
         self.transformer = nn.Sequential(*[
             TransformerLayer(transformer_dim, num_heads, mlp_ratio, drop, attn_drop, drop_path,
-                             qk_select, mlp_select, gate_init, tau) for _ in range(depth)
+                             qk_select, mlp_select, gate_init, tau, select_hidden,
+                             theta_rank) for _ in range(depth)
         ])
         self.norm = nn.LayerNorm(transformer_dim)
         self.conv_proj = ConvNormAct(transformer_dim, in_chs, 1)
@@ -335,8 +355,9 @@ class MobileViT(SelectableBackbone):
                  norm_eval: bool = False, in_channels: int = 3, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
-                 init_cfg=None):
-        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+                 init_cfg=None, select_hidden: bool = False, theta_rank: Optional[int] = None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
+                         select_hidden=select_hidden, theta_rank=theta_rank)
         s = self.arch_settings
         self.num_stages = num_stages = len(s['channels'])
         self.out_indices = normalize_out_indices(out_indices, num_stages, type(self).__name__)
@@ -351,20 +372,27 @@ class MobileViT(SelectableBackbone):
         prev, stride = s['stem_channels'], 2
         #: (H, W, C) of each MobileViT block's feature map at the nominal input size
         self._block_hwc: Dict[str, Tuple[int, int, int]] = {}
+        #: (input side, output side) of each MV2 block at the nominal input size
+        self._ir_hw: Dict[str, Tuple[int, int]] = {}
         for i, (c, st, n, dim, depth) in enumerate(
                 zip(s['channels'], s['strides'], s['ir_blocks'], s['transformer_dims'],
                     s['transformer_depths'])):
             blocks = []
             for j in range(n):
                 blocks.append(InvertedResidual(prev, c, st if j == 0 else 1, s['expand_ratio'],
-                                               next(dpr)))
+                                               next(dpr), self.select_hidden == 'all',
+                                               gate_init, tau))
+                self._ir_hw[f'stages.{i}.{j}'] = (
+                    math.ceil(self.nominal_size / (stride if j == 0 else stride * st)),
+                    math.ceil(self.nominal_size / (stride * st)))
                 prev = c
             stride *= st
             if depth:
                 blocks.append(
                     MobileViTBlock(c, dim, depth, s['num_heads'], s['mlp_ratio'],
                                    s['patch_size'], drop_rate, attn_drop_rate, next(dpr),
-                                   self.qk_select, self.mlp_select, gate_init, tau))
+                                   self.qk_select, self.mlp_select, gate_init, tau,
+                                   bool(self.select_hidden), self.theta_rank))
                 hw = math.ceil(self.nominal_size / stride)
                 self._block_hwc[f'stages.{i}.{len(blocks) - 1}'] = (hw, hw, c)
             stages.append(nn.Sequential(*blocks))
@@ -431,10 +459,26 @@ class MobileViT(SelectableBackbone):
 
         * paper: ``2·(2D̃² + D̃)`` for every layer, ``+ (1 + D̃)·H·W·C`` for the last layer of a
           block (the projection conv reads its D̃ channels);
-        * exact: fc1 + fc2 over all H·W pixels (4 per patch × patches): ``2·H·W·hidden`` per
-          kept channel, plus ``H·W·C`` for the projection conv after the last layer.
+        * exact: fc1 + fc2 over all H·W pixels (4 per patch × patches): ``2·H·W`` per (kept
+          channel, kept hidden unit) pair (H̃ = hidden without hidden-unit selection), plus
+          ``H·W·C`` per kept channel for the projection conv after the last layer.
         """
         terms = []
+        # select_hidden='all': the MV2 blocks' expanded channels (1×1 expand at the input side,
+        # 3×3 depthwise and 1×1 project at the output side), hidden-only terms ('flops' mode)
+        for name, (side_in, side_out) in self._ir_hw.items():
+            ir = self.get_submodule(name)
+            if getattr(ir, 'hidden_select', None) is None:
+                continue
+            k = ir.conv2_kxk.conv.kernel_size
+            terms.append(CostTerm(None, hidden=ir.hidden_select,
+                                  hidden_dim=float(ir.hidden_features),
+                                  flops_per_hidden=float(
+                                      # convs, + the two BatchNorms (2 per element in eval,
+                                      # mmengine's count)
+                                      side_in**2 * (ir.conv1_1x1.conv.in_channels + 2)
+                                      + side_out**2 * (k[0] * k[1] + 2
+                                                       + ir.conv3_1x1.conv.out_channels))))
         for name, block in self.mobilevit_blocks().items():
             h, w, c = self._block_hwc[name]
             depth = len(block.transformer)
@@ -446,10 +490,10 @@ class MobileViT(SelectableBackbone):
                 conv_hwc = h * w * c if last else 0
                 proj = block.conv_proj.conv.out_channels if last else 0
                 terms.append(
-                    CostTerm(mlp.select, mlp_layers=2, conv_hwc=float(conv_hwc),
-                             flops_per_channel=float(2 * h * w * mlp.hidden_features
-                                                     + conv_hwc),
-                             params_per_channel=float(mlp.params_per_channel + proj)))
+                    mlp_cost_term(mlp.select, mlp.hidden_select, mlp.hidden_features,
+                                  float(2 * h * w), mlp_layers=2, conv_hwc=float(conv_hwc),
+                                  flops_per_channel=float(conv_hwc),
+                                  params_per_channel=float(mlp.params_per_channel + proj)))
         return terms
 
     # ------------------------------------------------------------------ forward

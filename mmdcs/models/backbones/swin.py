@@ -42,7 +42,8 @@ from mmcv.cnn.bricks import DropPath
 from torch import Tensor
 
 from mmdcs.registry import MODELS
-from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP
+from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP, mlp_residual
+from mmdcs.selection.cost import mlp_cost_term
 from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
                    enclosing_module, normalize_out_indices, query_cell)
 
@@ -168,9 +169,10 @@ class WindowAttention(RelativePositionBiasMixin, DCSAttention):
 
     def __init__(self, dim: int, num_heads: int, window_size: Size, qkv_bias: bool = True,
                  attn_drop: float = 0., proj_drop: float = 0., qk_select: Optional[str] = None,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
+                 theta_rank: Optional[int] = None):
         super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, qk_select,
-                         gate_init=gate_init, tau=tau)
+                         gate_init=gate_init, tau=tau, theta_rank=theta_rank)
         self.init_relative_position_bias(window_size, num_heads)
 
     def forward(self, x: Tensor, window: Size, mask: Optional[Tensor] = None) -> Tensor:
@@ -186,7 +188,8 @@ class SwinBlock(nn.Module):
                  attn_drop: float = 0., drop_path: float = 0., pad_small_map: bool = False,
                  qk_select: Optional[str] = None, mlp_select: bool = False,
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
-                 window_padding: str = 'mmdet'):
+                 window_padding: str = 'mmdet', select_hidden: bool = False,
+                 theta_rank: Optional[int] = None):
         super().__init__()
         if window_padding not in WINDOW_PADDINGS:
             raise ValueError(f'window_padding must be one of {WINDOW_PADDINGS}, got '
@@ -197,11 +200,11 @@ class SwinBlock(nn.Module):
         self.window_padding = window_padding
         self.norm1 = nn.LayerNorm(dim)
         self.attn = WindowAttention(dim, num_heads, (window_size, window_size), qkv_bias,
-                                    attn_drop, drop, qk_select, gate_init, tau)
+                                    attn_drop, drop, qk_select, gate_init, tau, theta_rank)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), drop=drop, select=mlp_select,
-                            gate_init=gate_init, tau=tau)
+                            gate_init=gate_init, tau=tau, select_hidden=select_hidden)
         self.drop_path2 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self._masks: Dict[tuple, Tensor] = {}
 
@@ -254,7 +257,8 @@ class SwinBlock(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, H, W, C)."""
         x = x + self.drop_path1(self._attn(self.norm1(x)))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
+        # x is this block's own tensor: a pruned MLP may add its update into it in place
+        return mlp_residual(self.mlp, x, self.norm2(x), self.drop_path2, inplace=True)
 
 
 class PatchMerging(nn.Module):
@@ -359,8 +363,10 @@ class Swin(SelectableBackbone):
                  qkv_bias: bool = True, drop_rate: float = 0., attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0., out_indices: Union[int, Sequence[int]] = (3, ),
                  frozen_stages: int = -1, pad_small_map: bool = False,
-                 window_padding: str = 'mmdet', init_cfg=None):
-        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+                 window_padding: str = 'mmdet', init_cfg=None, select_hidden: bool = False,
+                 theta_rank: Optional[int] = None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
+                         select_hidden=select_hidden, theta_rank=theta_rank)
         check_choice('window_padding', window_padding, WINDOW_PADDINGS, 'Swin')
         self.window_padding = window_padding
         s = self.arch_settings
@@ -383,7 +389,8 @@ class Swin(SelectableBackbone):
                 window_size=window_size, mlp_ratio=mlp_ratio, qkv_bias=qkv_bias,
                 drop=drop_rate, attn_drop=attn_drop_rate, pad_small_map=pad_small_map,
                 window_padding=window_padding, qk_select=self.qk_select, mlp_select=self.mlp_select,
-                gate_init=self.gate_init, tau=self.init_tau))
+                gate_init=self.gate_init, tau=self.init_tau, select_hidden=self.select_hidden,
+                theta_rank=self.theta_rank))
             start += depth
         self.layers = nn.Sequential(*layers)
         for i in self.out_indices:
@@ -444,8 +451,8 @@ class Swin(SelectableBackbone):
         return tokens
 
     def cost_terms(self) -> List[CostTerm]:
-        """KCR on Swin: every block's MLP, l = 2 layers; exact FLOPs 2·N_stage·hidden per kept
-        channel (fc1 reads it, fc2 writes it)."""
+        """KCR on Swin: every block's MLP, l = 2 layers; exact FLOPs 2·N_stage per (kept channel,
+        kept hidden unit) pair (fc1 reads D̃ and writes H̃, fc2 the reverse)."""
         tokens = self.stage_tokens()
         terms = []
         for i, stage in enumerate(self.layers):
@@ -453,9 +460,9 @@ class Swin(SelectableBackbone):
                 mlp = block.mlp
                 if getattr(mlp, 'select', None) is None:
                     continue
-                terms.append(CostTerm(mlp.select, mlp_layers=2,
-                                      flops_per_channel=2. * tokens[i] * mlp.hidden_features,
-                                      params_per_channel=float(mlp.params_per_channel)))
+                terms.append(mlp_cost_term(mlp.select, mlp.hidden_select, mlp.hidden_features,
+                                           2. * tokens[i], mlp_layers=2,
+                                           params_per_channel=float(mlp.params_per_channel)))
         return terms
 
 

@@ -33,7 +33,8 @@ from torch import Tensor
 from mmdcs.registry import MODELS
 from mmdcs.utils.errors import InputError
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP, SubnetSpec
-from mmdcs.selection import QKChannelSelector, prunable_modules
+from mmdcs.selection import QKChannelSelector, mlp_residual, prunable_modules
+from mmdcs.selection.cost import mlp_cost_term
 from .base import (AttentionLayout, SelectableBackbone, drop_path_rates, normalize_out_indices,
                    query_cell)
 
@@ -127,22 +128,24 @@ class Block(nn.Module):
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4., qkv_bias: bool = True,
                  drop: float = 0., attn_drop: float = 0., drop_path: float = 0.,
                  qk_select: Optional[str] = None, mlp_select: bool = False,
-                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, eps: float = 1e-6):
+                 gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, eps: float = 1e-6,
+                 select_hidden: bool = False, theta_rank: Optional[int] = None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = DCSAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                  proj_drop=drop, qk_select=qk_select, gate_init=gate_init,
-                                 tau=tau)
+                                 tau=tau, theta_rank=theta_rank)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop,
-                            select=mlp_select, gate_init=gate_init, tau=tau)
+                            select=mlp_select, gate_init=gate_init, tau=tau,
+                            select_hidden=select_hidden)
         self.drop_path2 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.drop_path1(self.attn(self.norm1(x)))
-        x = x + self.drop_path2(self.mlp(self.norm2(x)))
-        return x
+        # x is this block's own tensor: a pruned MLP may add its update into it in place
+        return mlp_residual(self.mlp, x, self.norm2(x), self.drop_path2, inplace=True)
 
 
 class TokenLayout(AttentionLayout):
@@ -215,8 +218,10 @@ class ViT(SelectableBackbone):
                  out_indices: Union[int, Sequence[int]] = -1, final_norm: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  interpolate_mode: str = 'bicubic', frozen_stages: int = -1,
-                 dynamic_img_pad: Optional[bool] = None, init_cfg=None):
-        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg)
+                 dynamic_img_pad: Optional[bool] = None, init_cfg=None,
+                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+        super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
+                         select_hidden=select_hidden, theta_rank=theta_rank)
         s = self.arch_settings
         if patch_size != s['patch_size']:
             raise ValueError(f'ViT({arch}): patch_size is fixed by the arch to '
@@ -249,7 +254,8 @@ class ViT(SelectableBackbone):
         self.blocks = nn.ModuleList([
             Block(dim, self.num_heads, s['mlp_ratio'], qkv_bias=True, drop=drop_rate,
                   attn_drop=attn_drop_rate, drop_path=dpr[i], qk_select=self.qk_select,
-                  mlp_select=self.mlp_select, gate_init=self.gate_init, tau=self.init_tau)
+                  mlp_select=self.mlp_select, gate_init=self.gate_init, tau=self.init_tau,
+                  select_hidden=self.select_hidden, theta_rank=self.theta_rank)
             for i in range(self.depth)
         ])
         self.norm = nn.LayerNorm(dim, eps=1e-6) if final_norm else nn.Identity()
@@ -347,11 +353,11 @@ class ViT(SelectableBackbone):
 
     def cost_terms(self) -> List[CostTerm]:
         """Per block MLP: paper l = 2 (l·(2D̃² + D̃)); exact: fc1 N·D̃·hidden + fc2 N·hidden·D̃
-        multiply-accumulates, i.e. 2·N·hidden per kept channel (N at the nominal img_size)."""
-        per_channel = 2. * self.num_tokens * self.mlp_hidden
+        multiply-accumulates, i.e. 2·N per (kept channel, kept hidden unit) pair (N at the
+        nominal img_size; H̃ = hidden without hidden-unit selection)."""
         return [
-            CostTerm(m.select, mlp_layers=2, flops_per_channel=per_channel,
-                     params_per_channel=float(m.params_per_channel))
+            mlp_cost_term(m.select, m.hidden_select, m.hidden_features, 2. * self.num_tokens,
+                          mlp_layers=2, params_per_channel=float(m.params_per_channel))
             for m in prunable_modules(self).values()
         ]
 

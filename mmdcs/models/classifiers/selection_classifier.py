@@ -23,7 +23,8 @@ from mmpretrain.structures import DataSample
 from mmdcs.models.counting import calibrate_cost
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
-from mmdcs.selection import COST_MODES, EXPECTATIONS, arch_parameters, prunable_modules
+from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, hidden_selectors,
+                             prunable_modules)
 from mmdcs.selection.budget import RESOURCES
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
@@ -147,6 +148,8 @@ class ChannelSelectionClassifier(ImageClassifier):
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
         self.register_buffer('cost_mu', torch.zeros(()), persistent=True)
         self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
+        # select_hidden: the hidden gates enter the count bilinearly (E[D̃]·E[H̃])
+        self._hidden_selectors = hidden_selectors(self.backbone)
         return dict(resource=resource, ratio=float(target[resource]), budget=budget, rho=rho,
                     penalty=penalty, input_size=linear.input_size)
 
@@ -210,9 +213,12 @@ class ChannelSelectionClassifier(ImageClassifier):
         count / baseline), ``cost_ratio_kept`` (deployed / baseline), ``cost_mu`` (μ before
         this step's update)."""
         t = self.cost_cfg['target']
-        expected = self._budget.expected(self._selectors, self.cost_cfg['expectation'])
+        expected = self._budget.expected(self._selectors, self.cost_cfg['expectation'],
+                                         self._hidden_selectors)
         kept = self._budget.at({n: int((s.alpha.detach() > 0).sum())
-                                for n, s in self._selectors.items()})
+                                for n, s in self._selectors.items()},
+                               {k: int((s.alpha.detach() > 0).sum())
+                                for k, s in self._hidden_selectors.items()})
         # the value is the deployed network's count ({α > 0}), the gradient the expectation's
         count = expected + (kept - expected).detach()
         violation = count / t['budget'] - 1

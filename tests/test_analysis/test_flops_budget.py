@@ -1,0 +1,73 @@
+"""Subnets at a FLOPs budget without a search (flops_budget_subnet) and the latency tool's
+--target-flops / --select-hidden."""
+import importlib.util
+import os.path as osp
+
+import pytest
+
+from mmdcs.analysis.complexity import build_backbone, count_flops, flops_budget_subnet
+from mmdcs.analysis.latency import build_pair, format_latency_table, latency_pair
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+@pytest.mark.parametrize('select_hidden,prune_channels', [(True, True), (True, False),
+                                                           (False, True)])
+def test_budget_subnet_meets_the_target(select_hidden, prune_channels):
+    spec = flops_budget_subnet('vit', 'deit-tiny', 'kcr', 0.7, select_hidden=select_hidden,
+                               prune_channels=prune_channels, img_size=32)
+    base = build_backbone('deit-tiny', 'baseline', None, (32, 32))
+    sub = build_backbone('deit-tiny', 'kcr', spec, (32, 32))
+    ratio = count_flops(sub, 32) / count_flops(base, 32)
+    assert ratio == pytest.approx(spec.meta['predicted_flops_ratio'], abs=1e-4)
+    assert abs(ratio - 0.7) <= 0.01 and spec.meta['budget_reached']
+    assert bool(spec.hidden) == select_hidden
+    if select_hidden:
+        assert all(b.kept % 8 == 0 for b in spec.hidden)
+    assert (spec.kept_ratio < 1) == prune_channels
+
+
+def test_budget_below_the_floor_gives_the_floor():
+    # transformer MLPs only: MobileViT cannot reach 0.3 of its FLOPs
+    spec = flops_budget_subnet('mobilevit', 'mobilevit-xs', 'dcs', 0.3, select_hidden=True)
+    assert not spec.meta['budget_reached'] and spec.meta['predicted_flops_ratio'] > 0.8
+    with pytest.raises(ValueError, match='FLOPs target'):
+        flops_budget_subnet('vit', 'deit-tiny', 'kcr', 1.5, img_size=32)
+
+
+def test_latency_pair_at_a_budget_and_the_cli(capsys):
+    base, sub, spec = build_pair('deit-tiny', input_size=32, target_flops=0.7,
+                                 select_hidden=True, multiple_of=8)
+    rows = latency_pair('deit-tiny', input_size=32, batch_sizes=(1, ), devices=('cpu', ),
+                        warmup=1, repeats=2, models=(base, sub))
+    assert abs(rows[0]['flops_ratio'] - 0.7) <= 0.01
+    assert rows[0]['hidden_kept_ratio'] == spec.hidden_kept_ratio < 1
+    assert ', hidden ' in format_latency_table(rows)
+    spec_ = importlib.util.spec_from_file_location('latency_tool',
+                                                   osp.join(ROOT, 'tools/analysis/latency.py'))
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    args = tool.parse_args(['--target-flops', '0.7', '--select-hidden', 'all'])
+    assert args.select_hidden == 'all' and args.multiple_of == 8
+    assert tool.parse_args(['--target-flops', '0.7', '--select-hidden']).select_hidden is True
+    assert tool.parse_args([]).multiple_of == 1
+    with pytest.raises(SystemExit) as e:
+        tool.parse_args(['--select-hidden'])
+    assert e.value.code == 2
+    assert 'go with --target-flops' in capsys.readouterr().err
+
+
+def test_paper_budget_table_refuses_a_model_without_paper_numbers(capsys):
+    from mmdcs.analysis.complexity import PAPER_BUDGET_MODELS, paper_budget_table
+    assert PAPER_BUDGET_MODELS == ('mobilevit-xs', 'mobilevit-s', 'efficientvit-b1')
+    with pytest.raises(ValueError, match='no paper numbers for deit-tiny'):
+        paper_budget_table(['deit-tiny'])
+    spec_ = importlib.util.spec_from_file_location(
+        'complexity_tool', osp.join(ROOT, 'tools/analysis/complexity.py'))
+    tool = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tool)
+    assert tool.parse_args(['--paper-budget']).paper_budget
+    with pytest.raises(SystemExit) as e:
+        tool.main(['--paper-budget', '--models', 'deit-tiny'])
+    assert e.value.code == 2
+    assert 'no paper numbers for deit-tiny' in capsys.readouterr().err
