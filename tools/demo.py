@@ -277,7 +277,7 @@ class Demo:
         subnet, kept, total = self.export(tag, search_cfg, last_checkpoint(search_dir),
                                           self.target(search_cfg))
         retrain_cfg = f'configs/demo/{kind}-{arch}_retrain_digits.py'
-        # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, METHOD §4)
+        # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, method.md §4)
         opts = [f'model.backbone.subnet={subnet}',
                 f'model.regularizer.t_warm={self.args.epochs // 2}']
         retrain_dir = self.train(f'{tag}_retrain', retrain_cfg, self.args.epochs, opts)

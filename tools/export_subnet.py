@@ -1,4 +1,4 @@
-"""Export the subnet of a searched DCS / KCR supernet (METHOD §4): the deterministic gates
+"""Export the subnet of a searched DCS / KCR supernet (method.md §4): the deterministic gates
 (α > 0) become ``DIR/subnet.json``, and the weights of the whole model with its backbone pruned
 become ``DIR/pruned.pth`` (an mmengine checkpoint of plain data: weights and ``meta``) or, with
 ``--format safetensors``, ``DIR/pruned.safetensors``.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up of the mmdcs environment (see ../shared/design/ENVIRONMENT.md for the recipe).
+# Idempotent set-up of the mmdcs environment (the recipe is in the README, "The two commands").
 #
 #   bash tools/setup_env.sh          # create or repair the venv, then exit
 #

@@ -1,7 +1,7 @@
 # MobileViT-XS baseline on ImageNet-1k at 256x256, with the retraining recipe of the DCS
 # subnets (../_base_/schedules/retrain_300e.py: 300 epochs, AdamW wd 0.01, lr 2e-4 -> 2e-3 -> 2e-4,
 # batch 512, EMA), without the method: compare like with like. The papers' baseline
-# (seed 000 Table 1): params 2.3 M, FLOPs 0.71 G, top-1 74.8.
+# (DCS paper Table 1): params 2.3 M, FLOPs 0.71 G, top-1 74.8.
 #   bash tools/dist_train.sh configs/baselines/mobilevit-xs_in1k.py 8
 _base_ = [
     '../_base_/models/mobilevit_mobilevit-xs.py',

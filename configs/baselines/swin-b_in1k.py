@@ -1,7 +1,7 @@
 # Swin-B baseline on ImageNet-1k at 224x224, with the retraining recipe of the KCR
 # subnets (../_base_/schedules/retrain_300e.py: 300 epochs, AdamW wd 0.01, lr 2e-4 -> 2e-3 -> 2e-4,
 # batch 512, EMA), without the method: compare like with like. The papers' baseline
-# (seed 001 Table 1): params 88.0 M, FLOPs 15.4 G, top-1 83.5.
+# (KCR paper Table 1): params 88.0 M, FLOPs 15.4 G, top-1 83.5.
 #   bash tools/dist_train.sh configs/baselines/swin-b_in1k.py 8
 _base_ = [
     '../_base_/models/swin_swin-b.py',

@@ -1,5 +1,5 @@
 # DCS-MobileViT-S: retraining of the searched subnet on ImageNet-1k at 256x256.
-# Paper (seed 000 Table 1): 5.6 M -> 4.8 M params, 1.4 G -> 1.2 G FLOPs, top-1 78.4 -> 81.0.
+# Paper (DCS paper Table 1): 5.6 M -> 4.8 M params, 1.4 G -> 1.2 G FLOPs, top-1 78.4 -> 81.0.
 # From scratch, 300 epochs, AdamW wd 0.01, lr 2e-4 -> 2e-3 (5 warm-up epochs) -> cosine
 # 2e-4, batch 512, EMA;
 # cross-entropy for t_warm = 90 epochs, then + the IB bound (η = 50);
@@ -8,7 +8,7 @@
 # (configs/dcs/dcs-mobilevit-s_search_in100.py); another one with
 #   --cfg-options model.backbone.subnet=PATH/subnet.json
 # (the variable `subnet` is read when the file is parsed; overriding it alone changes nothing).
-# To fine-tune from the supernet's weights instead (METHOD §4, option; the 100-class head of
+# To fine-tune from the supernet's weights instead (method.md §4, option; the 100-class head of
 # the search is not loaded):
 #   --cfg-options load_from=work_dirs/dcs-mobilevit-s_search_in100/pruned.pth
 #   bash tools/dist_train.sh configs/dcs/dcs-mobilevit-s_retrain_in1k.py 8

@@ -1,5 +1,5 @@
 # DCS-Swin-T: retraining of the searched subnet on ImageNet-1k at 224x224.
-# Paper (seed 000 Table 1): 29.0 M -> 26.1 M params, 4.5 G -> 4.0 G FLOPs, top-1 81.3 -> 82.0.
+# Paper (DCS paper Table 1): 29.0 M -> 26.1 M params, 4.5 G -> 4.0 G FLOPs, top-1 81.3 -> 82.0.
 # From scratch, 300 epochs, AdamW wd 0.01, lr 2e-4 -> 2e-3 (5 warm-up epochs) -> cosine
 # 2e-4, batch 512, EMA;
 # cross-entropy for t_warm = 90 epochs, then + the IB bound (η = 50);
@@ -8,7 +8,7 @@
 # (configs/dcs/dcs-swin-t_search_in100.py); another one with
 #   --cfg-options model.backbone.subnet=PATH/subnet.json
 # (the variable `subnet` is read when the file is parsed; overriding it alone changes nothing).
-# To fine-tune from the supernet's weights instead (METHOD §4, option; the 100-class head of
+# To fine-tune from the supernet's weights instead (method.md §4, option; the 100-class head of
 # the search is not loaded):
 #   --cfg-options load_from=work_dirs/dcs-swin-t_search_in100/pruned.pth
 #   bash tools/dist_train.sh configs/dcs/dcs-swin-t_retrain_in1k.py 8

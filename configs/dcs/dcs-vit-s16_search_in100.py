@@ -1,7 +1,7 @@
 # DCS-ViT-S/16: search of the supernet on the 100-class ImageNet subset at 224x224, to
 # find the subnet that configs/dcs/dcs-vit-s16_retrain_in1k.py retrains.
 # DCS: Q/K channel selection (attention weights) + MLP channel selection (attention outputs).
-# Paper (seed 000 Table 1): 22.1 M -> 20.2 M params, 4.3 G -> 3.9 G FLOPs, top-1 81.2 -> 82.0.
+# Paper (DCS paper Table 1): 22.1 M -> 20.2 M params, 4.3 G -> 3.9 G FLOPs, top-1 81.2 -> 82.0.
 # 200 epochs, 70/30 split, AdamW 1e-3 -> 1e-4 cosine for W and α, τ0 = 4.5 x 0.95 per epoch,
 # λ = 0.2 with the paper's cost (../_base_/schedules/search_200e.py). The supernet starts from
 # scratch with every gate open (gate_init 3.0: P(open) = sigmoid(3) = 0.95).

@@ -1,4 +1,4 @@
-# Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale) with the searched KCR-Swin-B (seed 001, Table 3:
+# Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale) with the searched KCR-Swin-B (KCR paper, Table 3:
 # 52.5 box / 45.6 mask mAP); otherwise cascade-mask-rcnn_swin-b_fpn_ms-3x_coco.py.
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth

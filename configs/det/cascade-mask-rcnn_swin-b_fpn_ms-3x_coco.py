@@ -1,4 +1,4 @@
-# Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale) with the plain Swin-B (seed 001, Table 3: 51.9
+# Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale) with the plain Swin-B (KCR paper, Table 3: 51.9
 # box / 45.0 mask mAP): the Swin-T config with the Swin-B backbone (FPN on 128-1024 channels) and
 # drop path 0.3 (Swin's Swin-B detection recipe).
 # ImageNet weights: --cfg-options model.backbone.init_cfg.checkpoint=PATH

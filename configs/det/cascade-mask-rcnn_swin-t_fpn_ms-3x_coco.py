@@ -1,4 +1,4 @@
-# Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale 480-800) with the plain Swin-T (seed 001, Table 3:
+# Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale 480-800) with the plain Swin-T (KCR paper, Table 3:
 # 50.5 box / 43.7 mask mAP). Recipe: configs/_base_/det/cascade-mask-rcnn_fpn_ms-3x_coco.py (Swin's:
 # AdamW 1e-4, weight decay 0.05, 36 epochs); drop path 0.2 as Swin's Swin-T recipe.
 # ImageNet weights (timm's swin_tiny_patch4_window7_224 converted by

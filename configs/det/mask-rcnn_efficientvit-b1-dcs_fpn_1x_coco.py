@@ -1,4 +1,4 @@
-# Mask R-CNN + FPN (COCO, 1x) with the searched DCS-EfficientViT-B1 (seed 000, Table 2: 34.8 box /
+# Mask R-CNN + FPN (COCO, 1x) with the searched DCS-EfficientViT-B1 (DCS paper, Table 2: 34.8 box /
 # 33.2 mask mAP).
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth

@@ -1,4 +1,4 @@
-# Mask R-CNN + FPN (COCO, 1x) with the plain EfficientViT-B1 (seed 000, Table 2: 33.5 box / 31.9
+# Mask R-CNN + FPN (COCO, 1x) with the plain EfficientViT-B1 (DCS paper, Table 2: 33.5 box / 31.9
 # mask mAP). Recipe: configs/_base_/det/mask-rcnn_fpn_adamw-cos-1x_coco.py (AdamW 1e-3, cosine).
 # FPN on the four stage outputs (out_indices 1-4: strides 4-32, 32/64/128/256 channels). The
 # backbone's BatchNorm statistics stay frozen (norm_eval) at 2 images per GPU, as mmdet's BN

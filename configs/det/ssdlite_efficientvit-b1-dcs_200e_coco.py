@@ -1,4 +1,4 @@
-# SSDLite 320 (COCO, 200 epochs) with the searched DCS-EfficientViT-B1 (seed 000, Table 3: 29.0 mAP).
+# SSDLite 320 (COCO, 200 epochs) with the searched DCS-EfficientViT-B1 (DCS paper, Table 3: 29.0 mAP).
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
 _base_ = './ssdlite_efficientvit-b1_200e_coco.py'

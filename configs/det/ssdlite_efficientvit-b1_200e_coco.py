@@ -1,4 +1,4 @@
-# SSDLite 320 (COCO, 200 epochs) with the plain EfficientViT-B1 (seed 000, Table 3: 28.4 mAP).
+# SSDLite 320 (COCO, 200 epochs) with the plain EfficientViT-B1 (DCS paper, Table 3: 28.4 mAP).
 # Recipe: configs/_base_/det/ssdlite_adamw-200e_coco.py. The backbone gives the outputs of its
 # last two stages (out_indices 3, 4: strides 16 and 32, 128 and 256 channels).
 # ImageNet weights (timm's efficientvit_b1 converted, or an mmdcs-trained classifier):

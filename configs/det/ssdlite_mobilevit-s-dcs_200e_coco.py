@@ -1,4 +1,4 @@
-# SSDLite 320 (COCO, 200 epochs) with the searched DCS-MobileViT-S (seed 000, Table 3: 28.7 mAP).
+# SSDLite 320 (COCO, 200 epochs) with the searched DCS-MobileViT-S (DCS paper, Table 3: 28.7 mAP).
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
 _base_ = './ssdlite_mobilevit-s_200e_coco.py'

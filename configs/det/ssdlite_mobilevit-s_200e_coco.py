@@ -1,4 +1,4 @@
-# SSDLite 320 (COCO, 200 epochs) with the plain MobileViT-S (seed 000, Table 3: 27.7 mAP): the
+# SSDLite 320 (COCO, 200 epochs) with the plain MobileViT-S (DCS paper, Table 3: 27.7 mAP): the
 # MobileViT-XS config with the S backbone (stride-16 map 128 ch, stride-32 map 640 ch).
 # ImageNet weights: --cfg-options model.backbone.init_cfg.checkpoint=PATH
 _base_ = './ssdlite_mobilevit-xs_200e_coco.py'

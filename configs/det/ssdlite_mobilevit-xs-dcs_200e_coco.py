@@ -1,4 +1,4 @@
-# SSDLite 320 (COCO, 200 epochs) with the searched DCS-MobileViT-XS (seed 000, Table 3: 25.8 mAP).
+# SSDLite 320 (COCO, 200 epochs) with the searched DCS-MobileViT-XS (DCS paper, Table 3: 25.8 mAP).
 # Same as the baseline config but the backbone is the pruned subnet exported by the search and
 # initialised from its retrained ImageNet classifier:
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \

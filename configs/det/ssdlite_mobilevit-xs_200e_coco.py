@@ -1,4 +1,4 @@
-# SSDLite 320 (COCO, 200 epochs) with the plain MobileViT-XS (seed 000, Table 3: 24.8 mAP).
+# SSDLite 320 (COCO, 200 epochs) with the plain MobileViT-XS (DCS paper, Table 3: 24.8 mAP).
 # Recipe: configs/_base_/det/ssdlite_adamw-200e_coco.py. The backbone gives its stride-16 (80 ch)
 # and stride-32 (384 ch, after final_conv) maps; SSDNeck adds four more levels.
 # ImageNet weights: a checkpoint converted from timm (tools/convert/timm_to_mmdcs.py mobilevit

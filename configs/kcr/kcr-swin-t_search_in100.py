@@ -1,7 +1,7 @@
 # KCR-Swin-T: search of the supernet on the 100-class ImageNet subset at 224x224, to
 # find the subnet that configs/kcr/kcr-swin-t_retrain_in1k.py retrains.
 # KCR: MLP channel selection (attention outputs).
-# Paper (seed 001 Table 1): 29.0 M -> 24.6 M params, 4.5 G -> 3.9 G FLOPs, top-1 81.3 -> 82.4.
+# Paper (KCR paper Table 1): 29.0 M -> 24.6 M params, 4.5 G -> 3.9 G FLOPs, top-1 81.3 -> 82.4.
 # 200 epochs, 70/30 split, AdamW 1e-3 -> 1e-4 cosine for W and α, τ0 = 4.5 x 0.95 per epoch,
 # λ = 0.2 with the paper's cost (../_base_/schedules/search_200e.py). The supernet starts from
 # scratch with every gate open (gate_init 3.0: P(open) = sigmoid(3) = 0.95).

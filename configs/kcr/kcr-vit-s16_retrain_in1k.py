@@ -1,5 +1,5 @@
 # KCR-ViT-S/16: retraining of the searched subnet on ImageNet-1k at 224x224.
-# Paper (seed 001 Table 1): 22.1 M -> 19.8 M params, 4.3 G -> 3.8 G FLOPs, top-1 81.2 -> 82.2.
+# Paper (KCR paper Table 1): 22.1 M -> 19.8 M params, 4.3 G -> 3.8 G FLOPs, top-1 81.2 -> 82.2.
 # From scratch, 300 epochs, AdamW wd 0.01, lr 2e-4 -> 2e-3 (5 warm-up epochs) -> cosine
 # 2e-4, batch 512, EMA;
 # cross-entropy for t_warm = 90 epochs, then + the KCR term (η = 1, γ = 0.1);
@@ -8,7 +8,7 @@
 # (configs/kcr/kcr-vit-s16_search_in100.py); another one with
 #   --cfg-options model.backbone.subnet=PATH/subnet.json
 # (the variable `subnet` is read when the file is parsed; overriding it alone changes nothing).
-# To fine-tune from the supernet's weights instead (METHOD §4, option; the 100-class head of
+# To fine-tune from the supernet's weights instead (method.md §4, option; the 100-class head of
 # the search is not loaded):
 #   --cfg-options load_from=work_dirs/kcr-vit-s16_search_in100/pruned.pth
 #   bash tools/dist_train.sh configs/kcr/kcr-vit-s16_retrain_in1k.py 8

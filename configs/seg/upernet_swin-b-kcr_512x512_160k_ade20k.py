@@ -1,4 +1,4 @@
-# UperNet (ADE20K, 512×512, 160k iterations) with the searched KCR-Swin-B (seed 001, Table 2:
+# UperNet (ADE20K, 512×512, 160k iterations) with the searched KCR-Swin-B (KCR paper, Table 2:
 # 52.4 mIoU, multi-scale test); otherwise upernet_swin-b_512x512_160k_ade20k.py.
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
 #                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth

@@ -1,4 +1,4 @@
-# UperNet (ADE20K, 512×512, 160k iterations) with the plain Swin-B (seed 001, Table 2: 51.6 mIoU,
+# UperNet (ADE20K, 512×512, 160k iterations) with the plain Swin-B (KCR paper, Table 2: 51.6 mIoU,
 # multi-scale test): the Swin-T config with the Swin-B backbone (heads on 128-1024 channels,
 # auxiliary head on stage 3's 512); drop path 0.2 as the paper states.
 # ImageNet weights: --cfg-options model.backbone.init_cfg.checkpoint=PATH

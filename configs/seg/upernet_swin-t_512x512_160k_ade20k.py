@@ -1,5 +1,5 @@
 # UperNet (ADE20K, 512×512, 160k iterations) with the plain Swin-T. Recipe:
-# configs/_base_/seg/upernet_swin_512x512_160k_ade20k.py (mmseg's Swin UperNet, as seed 001, 4.3)
+# configs/_base_/seg/upernet_swin_512x512_160k_ade20k.py (mmseg's Swin UperNet, as KCR paper, 4.3)
 # with the backbone replaced by the mmdcs Swin; drop path 0.2 as the paper states (mmseg's Swin-T
 # config uses 0.3). The papers report no Swin-T UperNet number.
 # ImageNet weights (timm's swin_tiny_patch4_window7_224 converted by

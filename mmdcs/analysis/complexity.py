@@ -1,5 +1,5 @@
 """Parameters and FLOPs of mmdcs models, counted with one tool (``mmengine.analysis``) for the
-baseline, the supernet and the pruned subnet alike (METHOD §9).
+baseline, the supernet and the pruned subnet alike (method.md §9).
 
 FLOPs are **multiply-accumulates** as ``mmengine.analysis.FlopAnalyzer`` (fvcore) counts them:
 convolutions, linear layers, matmuls/einsums, normalisation layers; element-wise operations
@@ -33,9 +33,9 @@ from mmdcs.models.counting import (Size, _takes_mode, calibrate_cost,  # noqa: F
                                    count_flops, count_params, flop_analysis, sdpa_flop_jit)
 from mmdcs.selection import SubnetSpec, hidden_selectors, prunable_modules
 
-#: The papers' own numbers (METHOD §9): (arch, variant) → whole classifier at the paper's input
+#: The papers' own numbers (method.md §9): (arch, variant) → whole classifier at the paper's input
 #: size (224; 256 for MobileViT). params in M, FLOPs in G, as printed in the papers.
-#: Sources: DCS = seed 000 (dcs_transformer_icml2024), KCR = seed 001 (kcr_transformer).
+#: Sources: the DCS paper and the KCR paper (method.md, References), tables named per row.
 PAPER_NUMBERS: Dict[Tuple[str, str], dict] = {
     ('mobilevit-xs', 'baseline'): dict(params=2.3, flops=0.71, top1=74.8,
                                        source='DCS Table 4 (Table 1: 0.7 G)'),
@@ -60,11 +60,11 @@ PAPER_NUMBERS: Dict[Tuple[str, str], dict] = {
     ('swin-b', 'kcr'): dict(params=70.2, flops=12.6, top1=84.7, source='KCR Table 1'),
 }
 
-#: the variant each paper applies to a family (METHOD §9): DCS for the mobile models, KCR for
+#: the variant each paper applies to a family (method.md §9): DCS for the mobile models, KCR for
 #: ViT and Swin
 PAPER_VARIANT = {'mobilevit': 'dcs', 'efficientvit': 'dcs', 'vit': 'kcr', 'swin': 'kcr'}
 
-#: models of the full table (METHOD §9)
+#: models of the full table (method.md §9)
 TABLE_MODELS = ('vit-s16', 'vit-b16', 'swin-t', 'swin-b', 'mobilevit-xs', 'mobilevit-s',
                 'efficientvit-b1')
 
@@ -455,7 +455,7 @@ def flops_note(count_attention: bool = True, whole_model: bool = True) -> str:
             'attention products of scaled_dot_product_attention NOT counted (mmengine has no '
             'handle for it: --no-attention-flops)')
     return (
-        'FLOPs conventions differ between papers and tools (METHOD §9): here every row is '
+        'FLOPs conventions differ between papers and tools (method.md §9): here every row is '
         f'counted by one tool, mmengine.analysis.FlopAnalyzer, on {what}: multiply-accumulates '
         f'of convolutions, linear layers, matmuls and normalisation layers, {attn}; '
         'element-wise ops (activations, softmax, gate masks) count 0. The papers used their own '
@@ -489,6 +489,6 @@ def format_table(rows: Sequence[dict], note: bool = True, count_attention: bool 
                  'round(kept·D) channels of every prunable block (FLOPs and parameters depend '
                  'on D̃ only); the paper columns beside them are the papers\' searched compact '
                  'models, whose kept ratio the papers do not state. Paper numbers: '
-                 'DCS = seed 000 (ICML 2024), KCR = seed 001; tables named per row.\n\n'
+                 'the DCS paper (ICML 2024) and the KCR paper; tables named per row.\n\n'
                  + flops_note(count_attention, whole_model))
     return text

@@ -1,4 +1,4 @@
-"""Grad-CAM (Selvaraju et al. 2017) of an mmpretrain classifier and its figure (seed 000,
+"""Grad-CAM (Selvaraju et al. 2017) of an mmpretrain classifier and its figure (DCS paper,
 supplementary Fig. 7)."""
 import math
 from typing import Dict, Optional, Sequence, Tuple, Union

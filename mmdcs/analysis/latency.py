@@ -38,7 +38,7 @@ from .complexity import (PAPER_VARIANT, TABLE_MODELS, _takes_mode, backbone_clas
 
 Size = Tuple[int, int]
 
-#: the default models of the table (METHOD §9)
+#: the default models of the table (method.md §9)
 LATENCY_MODELS = TABLE_MODELS
 #: |latency ratio − FLOPs ratio| allowed
 DEFAULT_TOLERANCE = 0.05

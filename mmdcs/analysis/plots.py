@@ -1,11 +1,11 @@
 """Per-epoch curves from mmengine's JSON logs (``<work_dir>/<timestamp>/vis_data/scalars.json``,
 one JSON object per line; ``<timestamp>.json`` has the same lines), for one or several runs:
 
-* **IB** (seed 000, Fig. 8): the exact IB(W) of each epoch (``ib_ib``, logged by
+* **IB** (DCS paper, Fig. 8): the exact IB(W) of each epoch (``ib_ib``, logged by
   ``RegularizerHook`` at epoch end), the IBB of the training batches (``ibb``, eq. 2, averaged
   over the epoch) and the corrected Theorem 3.1 bound IBB + (1/B)Σ_i H(φ(X_i,·)) (``ib_bound``),
   I(X̃;X) and I(X̃;Y) (``ib_i_feat_input``, ``ib_i_feat_label``);
-* **KC** (seed 001, Fig. 1): TNN (``kcr_tnn``), KC (``kcr_kc``), the trace of K_n
+* **KC** (KCR paper, Fig. 1): TNN (``kcr_tnn``), KC (``kcr_kc``), the trace of K_n
   (``kcr_trace``) and the KCR loss term (``loss_kcr``);
 * **training**: loss, the IB/KCR loss terms, validation top-1/top-5, the search's cost term.
 
@@ -226,8 +226,8 @@ def plot_logs(runs: Dict[str, str], out_dir: str, figures: Sequence[str] = tuple
     """
     series = {name: epoch_series(load_records(p)) for name, p in runs.items()}
     warm = {name: run_t_warm(p) for name, p in runs.items()}
-    titles = {'ib': 'Information bottleneck (seed 000, Fig. 8)',
-              'kc': 'Kernel complexity (seed 001, Fig. 1)', 'training': 'Training'}
+    titles = {'ib': 'Information bottleneck (DCS paper, Fig. 8)',
+              'kc': 'Kernel complexity (KCR paper, Fig. 1)', 'training': 'Training'}
     out = {}
     for fig in figures:
         if fig not in FIGURES:

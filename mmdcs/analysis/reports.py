@@ -1,12 +1,12 @@
-"""IB and kernel-complexity reports of a trained classifier over a dataset split (seed 000,
-Table 4: IB(W); seed 001, Table 4 / Fig. 1: TNN, KC and the KCR bounds).
+"""IB and kernel-complexity reports of a trained classifier over a dataset split (DCS paper,
+Table 4: IB(W); KCR paper, Table 4 / Fig. 1: TNN, KC and the KCR bounds).
 
 Over the n images of the split, with X̃ the pre-logit features
 (``model.head.pre_logits(model.extract_feat(x))``), X the input representation
 (:func:`mmdcs.regularizers.input_representation`: 8×8 area average per channel, L2-normalised)
 and Y the labels:
 
-* **IB** (METHOD §6, :mod:`mmdcs.regularizers.ib`): C = number of classes clusters for
+* **IB** (method.md §6, :mod:`mmdcs.regularizers.ib`): C = number of classes clusters for
   X̃ and for X, centroids by seeded k-means (k-means++ then Lloyd) **on this set**,
   φ = soft assignments at scale s; the exact IB(W) = I(X̃;X) − I(X̃;Y) (:func:`ib_exact`), the
   paper's IBB(W) (eq. 2) with the optimal Q of eq. (7) (:func:`optimal_q`, :func:`ibb_full`) and
@@ -14,9 +14,9 @@ and Y the labels:
   IB ≤ IBB + (1/n) Σ_i H(φ(X_i,·)) ≤ IBB + log C (:func:`ib_upper_bound`; always holds), the
   Lemma D.1 slack (:func:`lemma_d1_slack`, IB ≤ IBB + slack, always, looser), and whether
   IB ≤ IBB (Theorem 3.1 as printed: false in general, see the module docs).
-* **KC** (METHOD §7, :mod:`mmdcs.regularizers.kcr`): S = X̃ᵀX̃/n, TNN ‖K‖_r with
+* **KC** (method.md §7, :mod:`mmdcs.regularizers.kcr`): S = X̃ᵀX̃/n, TNN ‖K‖_r with
   r = ⌈γ·min(n, d)⌉ (γ = 0.1; :func:`tnn_exact`), KC(K) = min_h (h/n + sqrt(Σ_{i>h} λ̂_i / n))
-  (:func:`kernel_complexity`) and the KCR lower/upper bounds of seed 001 Theorem 3.1
+  (:func:`kernel_complexity`) and the KCR lower/upper bounds of KCR paper Theorem 3.1
   (:func:`kcr_bounds`) from the residual ‖(I − ηK_n)^t Y‖_F² of t gradient-descent steps on the
   last linear layer (Y one-hot; default η = 1/λ̂_1, t = 100; "≲" constants taken as 1).
 
@@ -72,7 +72,7 @@ def num_classes_of(model: nn.Module, labels: Optional[Tensor] = None) -> int:
 def ib_report(features: Tensor, inputs_repr: Tensor, labels: Tensor, num_classes: int,
               s: float = 1.0, kmeans_iters: int = 50, seed: int = 0, q_min: float = 1e-8
               ) -> Dict[str, float]:
-    """The exact IB(W) and the IBB bound over a set (seed 000, 3.3; METHOD §6).
+    """The exact IB(W) and the IBB bound over a set (DCS paper, 3.3; method.md §6).
 
     Centroids: seeded k-means (k = ``num_classes``) on the features and on the input
     representations of this set. Returns ib, i_feat_input, i_feat_label (nats), ibb (eq. 2,
@@ -116,7 +116,7 @@ def kc_report(features: Tensor, labels: Optional[Tensor] = None,
               num_classes: Optional[int] = None, gamma: float = 0.1,
               lr: Optional[float] = None, steps: int = 100, x: float = 1.0
               ) -> Dict[str, float]:
-    """TNN, KC and the KCR bounds of the feature gram (seed 001, 3.2 and Theorem 3.1).
+    """TNN, KC and the KCR bounds of the feature gram (KCR paper, 3.2 and Theorem 3.1).
 
     Returns n, d, gamma, rank (r), trace (tr K_n), tnn (‖K‖_r, exact), tnn_ratio (tnn/trace),
     kc (KC(K)), kc_h (its minimising h), and with labels: lr (η; default 1/λ̂_1, the largest

@@ -1,4 +1,4 @@
-"""A fixed, seeded subset of ImageNet classes for the search (METHOD §4; seed 000 4.1, seed 001
+"""A fixed, seeded subset of ImageNet classes for the search (method.md §4; DCS paper 4.1, KCR paper
 4.1: "we sample 100 classes from ImageNet").
 
 The subset is written as annotation files only; the images stay where they are::

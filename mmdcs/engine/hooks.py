@@ -1,8 +1,8 @@
 """Hooks: they only move state between the runner and the method's objects.
 
-* :class:`TemperatureHook` sets τ on every gate (METHOD §5).
+* :class:`TemperatureHook` sets τ on every gate (method.md §5).
 * :class:`RegularizerHook` drives the IB/KCR state of a ``ChannelSelectionClassifier``
-  (METHOD §6, §7): epoch start/end, the ``t_warm`` switch, the reports, checkpoints.
+  (method.md §6, §7): epoch start/end, the ``t_warm`` switch, the reports, checkpoints.
 """
 import math
 from typing import Dict, Optional

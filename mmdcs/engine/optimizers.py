@@ -1,5 +1,5 @@
 """Two optimizers for the search: one for the network weights W, one for the architecture
-parameters α (METHOD §4: "weights and α have separate optimizers; the step for one must not
+parameters α (method.md §4: "weights and α have separate optimizers; the step for one must not
 move the other").
 
 Config::

@@ -1,4 +1,4 @@
-"""The alternating search of DCS/KCR as an mmengine training loop (METHOD §4; seed 000 Alg. 1).
+"""The alternating search of DCS/KCR as an mmengine training loop (method.md §4; DCS paper Alg. 1).
 
 Every epoch, a fixed, seeded 70% of the training data updates the network weights W
 (cross-entropy) and the other 30% updates the architecture parameters α (cross-entropy +

@@ -1,4 +1,4 @@
-"""The variational IB bound of DCS (METHOD §6; seed 000, section 3.3, Theorem 3.1, eq. 2 and 7).
+"""The variational IB bound of DCS (method.md §6; DCS paper, section 3.3, Theorem 3.1, eq. 2 and 7).
 
 Plain PyTorch: no mmengine runner or registry import. A hook drives :class:`IBState`::
 
@@ -51,7 +51,7 @@ accumulates the buffered rows as usual, so no sample of the epoch is lost. The b
 freed; it is not part of the checkpoint: a run resumed before the initialisation starts over.
 
 The exact IB(W) = I(X̃;X) − I(X̃;Y) of section 3.3 (:func:`ib_exact`) and IBB(W) over a whole
-(sub)set (:func:`ibb_full`) are there for reports (seed 000, Table 4) and for the tests.
+(sub)set (:func:`ibb_full`) are there for reports (DCS paper, Table 4) and for the tests.
 
 Theorem 3.1 (IB ≤ IBB) — what holds and what does not. With P(a, b) = (1/n) Σ_i φ(X̃_i,a)
 φ(X_i,b) and P(a, y) as in section 3.3, an exact rearrangement gives
@@ -142,7 +142,7 @@ def log_soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
 
 
 def soft_assign(v: Tensor, centroids: Tensor, s: float = 1.0) -> Tensor:
-    """φ(v, a) = softmax_a(−s·‖v − c_a‖²) (seed 000, 3.3), (n, k); rows sum to 1."""
+    """φ(v, a) = softmax_a(−s·‖v − c_a‖²) (DCS paper, 3.3), (n, k); rows sum to 1."""
     return log_soft_assign(v, centroids, s).exp()
 
 
@@ -163,7 +163,7 @@ class IBBOutput(NamedTuple):
 
 
 class IBTerms(NamedTuple):
-    """The exact IB(W) = I(X̃;X) − I(X̃;Y) of seed 000, 3.3, in nats (float64)."""
+    """The exact IB(W) = I(X̃;X) − I(X̃;Y) of DCS paper, 3.3, in nats (float64)."""
     ib: Tensor
     i_feat_input: Tensor
     i_feat_label: Tensor
@@ -198,7 +198,7 @@ def optimal_q(feat_assign: Tensor, labels: Tensor, num_classes: int) -> Tensor:
 
 def ib_exact(feat_assign: Tensor, input_assign: Tensor, labels: Tensor,
              num_classes: int) -> IBTerms:
-    """IB(W) = I(X̃;X) − I(X̃;Y) from the φ matrices of a whole (sub)set (seed 000, 3.3).
+    """IB(W) = I(X̃;X) − I(X̃;Y) from the φ matrices of a whole (sub)set (DCS paper, 3.3).
 
     P(a,b) = (1/n) Σ_i φ(X̃_i,a) φ(X_i,b), P(a,y) = (1/n) Σ_i φ(X̃_i,a) 1[y_i=y]; float64.
     """
@@ -294,7 +294,7 @@ class IBState(TensorState):
     """Everything the IB term of DCS needs across batches, epochs, ranks and resumes.
 
     Args:
-        num_classes: C (≥ 2); A = B = C clusters (seed 000, 3.3).
+        num_classes: C (≥ 2); A = B = C clusters (DCS paper, 3.3).
         feat_dim: dimension d of the learned feature X̃ (the pre-logit vector).
         input_dim: dimension of the input representation (192 = 3·8·8).
         s: the scale of φ (> 0), 1 in the paper.
@@ -507,7 +507,7 @@ class IBState(TensorState):
                     empty_clusters=float(empty), **report)
 
     def _epoch_ib(self) -> Dict[str, float]:
-        """The exact IB(W) = I(X̃;X) − I(X̃;Y) of the epoch, from the streamed joints (seed 000,
+        """The exact IB(W) = I(X̃;X) − I(X̃;Y) of the epoch, from the streamed joints (DCS paper,
         3.3): P(a,b) from the batches given with input representations, P(a,y) from all."""
         n_y, n_ab = int(self.class_counts.sum()), int(self.ab_count)
         if n_y == 0 or n_ab == 0:

@@ -1,8 +1,8 @@
-"""The KCR loss: truncated nuclear norm of the feature gram (METHOD §7; seed 001, 3.2, eq. 3-4).
+"""The KCR loss: truncated nuclear norm of the feature gram (method.md §7; KCR paper, 3.2, eq. 3-4).
 
 Plain PyTorch: no mmengine runner or registry import.
 
-Notation (seed 001, 3.2): F ∈ R^{n×d} the pre-logit features of the n training samples,
+Notation (KCR paper, 3.2): F ∈ R^{n×d} the pre-logit features of the n training samples,
 K(x, x') = F(x)ᵀF(x'), K = F Fᵀ (n×n; the seed writes FᵀF, a typo), K_n = K / n with eigenvalues
 λ̂_1 ≥ … ≥ λ̂_n ≥ 0, rank r = ⌈γ·min(n, d)⌉ (γ ∈ (0, 1], 0.1 by default; :func:`rank_for`) and the
 truncated nuclear norm (TNN) ‖K‖_r = Σ_{i>r} λ̂_i.
@@ -25,7 +25,7 @@ only used after the warm-up epochs (t_warm = 90), during which the hook keeps fe
 **The paper's Nyström route** (:class:`NystromKCR`). m landmarks I ⊂ [n] (a seeded choice),
 C = F F_Iᵀ (n×m), W = F_I F_Iᵀ = Q Λ Qᵀ, Ũ = C Q_r Λ_r^{-1/2} (n×r). Ũ is a factor of the
 Nyström approximation C W⁺ Cᵀ, **not** orthonormal: plugged into eq. (3) as it is, the "TNN"
-goes negative (METHOD §7; ``orthonormalize=False`` reproduces it). mmdcs orthonormalises it
+goes negative (method.md §7; ``orthonormalize=False`` reproduces it). mmdcs orthonormalises it
 (thin QR, Ũ = U_r R); with m = n the route is then exact. Eq. (3)/(4) of the seed mix two scales:
 they subtract Σ_s Σ_k [U_r]_si [K_n]_ik [U_r]_ks (built on K_n = K/n) from K(x_i, x_i) (built on
 K), and state tr(K_n) = Σ_i K(x_i, x_i), which is off by the factor n. mmdcs uses the consistent
@@ -50,13 +50,13 @@ The value and the gradient equal the exact route's for m = n
 (``tests/test_regularizers/test_nystrom_gradient.py``); for m < n they are the Nyström
 approximation's and its exact derivative.
 
-**Reports** (seed 001, Theorem 3.1, Table 4, Fig. 1): :func:`kernel_complexity`
+**Reports** (KCR paper, Theorem 3.1, Table 4, Fig. 1): :func:`kernel_complexity`
 KC(K) = min_{h∈[0,r0]} (h/n + sqrt((1/n) Σ_{i=h+1}^{r0} λ̂_i)), r0 = min(n, d) (all the non-zero
 eigenvalues); A-KC (Fig. 1) is the same with the approximate TNN of each h
 (:func:`kernel_complexity_from_tnn`). :func:`kcr_bounds` gives the KCR lower/upper bounds of
 Theorem 3.1, ‖(I_n − η K_n)^t Y‖_F² ∓ (KC(K) + x/n), up to the unspecified constants of "≲";
 the training term is the residual of t steps of gradient descent with step η on the last linear
-layer from W_1 = 0 (the theorem's setting, seed 001 eq. 5-7; :func:`gd_residual`,
+layer from W_1 = 0 (the theorem's setting, KCR paper eq. 5-7; :func:`gd_residual`,
 :func:`gd_residual_from_stats`). Table 4's "KCL" is not defined in the seed; it is not computed.
 """
 import math
@@ -131,7 +131,7 @@ def kernel_complexity_from_tnn(tnn_curve: Tensor, n: int) -> Tuple[Tensor, int]:
     """min_h (h/n + sqrt(tnn_curve[h] / n)) over h = 0..len−1, and the minimising h.
 
     With tnn_curve[h] = Σ_{i>h} λ̂_i this is KC(K); with the approximate TNN of each h it is the
-    A-KC of seed 001, Fig. 1. Negative round-off of the curve is clamped to 0.
+    A-KC of KCR paper, Fig. 1. Negative round-off of the curve is clamped to 0.
     """
     n = check_int(n, 'n', 1)
     curve = tnn_curve.detach().to(torch.float64).clamp_min(0)
@@ -142,7 +142,7 @@ def kernel_complexity_from_tnn(tnn_curve: Tensor, n: int) -> Tuple[Tensor, int]:
 
 
 def kernel_complexity(eigvals: Tensor, n: int, r0: Optional[int] = None) -> Tuple[Tensor, int]:
-    """KC(K) = min_{h∈[0,r0]} (h/n + sqrt((1/n) Σ_{i=h+1}^{r0} λ̂_i)) (seed 001, 3.2); (KC, h*).
+    """KC(K) = min_{h∈[0,r0]} (h/n + sqrt((1/n) Σ_{i=h+1}^{r0} λ̂_i)) (KCR paper, 3.2); (KC, h*).
 
     ``eigvals``: eigenvalues of K_n (or of S = FᵀF/n: the same non-zero ones), any order.
     r0 defaults to min(n, number of eigenvalues), i.e. every possibly non-zero eigenvalue.
@@ -165,7 +165,7 @@ def _check_gd(lr, steps) -> Tuple[float, int]:
 def gd_residual(features: Tensor, targets: Tensor, lr: float, steps: int) -> Tensor:
     """‖(I_n − η K_n)^t Y‖_F² computed directly (n×n; for checks and small n).
 
-    ``targets``: Y (n, C), e.g. one-hot labels. The training loss of seed 001, Theorem 3.1:
+    ``targets``: Y (n, C), e.g. one-hot labels. The training loss of KCR paper, Theorem 3.1:
     the squared residual after t steps of gradient descent from W_1 = 0 on ‖F W_1 − Y‖²/(2n).
     As in the seed it is a sum over the n samples (not a mean).
     """
@@ -200,7 +200,7 @@ def gd_residual_from_stats(s_matrix: Tensor, fty: Tensor, y_sq: float, n: int, l
 
 
 class KCRBounds(NamedTuple):
-    """The KCR bounds of seed 001, Theorem 3.1 (constants of '≲' taken as 1)."""
+    """The KCR bounds of KCR paper, Theorem 3.1 (constants of '≲' taken as 1)."""
     lower: Tensor
     upper: Tensor
 
@@ -359,7 +359,7 @@ class KCRState(TensorState):
 
 
 class NystromKCR(TensorState):
-    """The paper's Nyström route (seed 001, 3.2), with Ũ orthonormalised (see module doc).
+    """The paper's Nyström route (KCR paper, 3.2), with Ũ orthonormalised (see module doc).
 
     Args:
         dim: d, the feature dimension.
@@ -485,7 +485,7 @@ class NystromKCR(TensorState):
         return self.tnn_bar.clone()
 
     def approx_kernel_complexity(self) -> Tuple[Tensor, int]:
-        """A-KC (seed 001, Fig. 1): KC with the approximate TNN of each h ∈ [0, r] (Ritz values
+        """A-KC (KCR paper, Fig. 1): KC with the approximate TNN of each h ∈ [0, r] (Ritz values
         of K_n on span U_r: TNN̄_h = tr(K_n) − Σ_{s≤h} θ_s)."""
         r = int(self.rank)
         curve = self.trace - torch.cat([self.ritz.new_zeros(1), self.ritz[:r].cumsum(0)])

@@ -1,4 +1,4 @@
-"""Multi-head self-attention with channel selection for the attention weights (METHOD §2.1).
+"""Multi-head self-attention with channel selection for the attention weights (method.md §2.1).
 
     M = gate(Linear_θ(x)) ∈ {0,1}^{B×N×D},   W = softmax((Q ⊙ M)(K ⊙ M)ᵀ / sqrt(d_head) + bias)
 

@@ -1,4 +1,4 @@
-"""Differentiable cost of a supernet (METHOD §3): the search loss adds λ·log cost(α).
+"""Differentiable cost of a supernet (method.md §3): the search loss adds λ·log cost(α).
 
 Every prunable block j contributes through its expected kept width E[D̃_j]. A hard binary Gumbel
 gate is open with probability exactly sigmoid(α) at any temperature, so by default
@@ -8,7 +8,7 @@ the papers. Linear_θ of DCS (the per-token Q/K mask, which stays in the deploye
 constant of the cost (``const``): its size does not depend on α, and it gets no gradient from the
 cost. Two ways to count:
 
-* ``'paper'`` — the papers' formulas (seed 000 3.4, A.1; seed 001 3.3):
+* ``'paper'`` — the papers' formulas (DCS paper 3.4, A.1; KCR paper 3.3):
     - an MLP of l layers on D̃ channels: l·(2D̃² + D̃)   (DCS-MobileViT l=2, DCS-EfficientViT and
       KCR l = number of MLP layers)
     - a following convolution that reads the D̃ channels: (1 + D̃)·H·W·C

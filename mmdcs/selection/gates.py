@@ -1,4 +1,4 @@
-"""The binary Gumbel gate with a straight-through estimator (METHOD §1).
+"""The binary Gumbel gate with a straight-through estimator (method.md §1).
 
     soft = sigmoid((θ + g1 - g2) / τ),  g1, g2 ~ Gumbel(0, 1)   (training)
     gate = 1[soft > 0.5] forward, d gate / d soft = 1 backward
@@ -38,7 +38,7 @@ class BinaryGumbelGate(nn.Module):
     """Binary Gumbel gate over a logit tensor of any shape.
 
     Args:
-        tau: initial temperature τ (the search starts at 4.5, METHOD §5).
+        tau: initial temperature τ (the search starts at 4.5, method.md §5).
     """
 
     def __init__(self, tau: float = 4.5):
@@ -61,7 +61,7 @@ class BinaryGumbelGate(nn.Module):
 
     def probs(self, logits: Tensor, expectation: str = 'gate') -> Tensor:
         """The probability that each gate is open, differentiable in θ (the cost model's input,
-        METHOD §3): ``'gate'`` gives sigmoid(θ), exact for the hard gate at any τ (the decision
+        method.md §3): ``'gate'`` gives sigmoid(θ), exact for the hard gate at any τ (the decision
         is θ + g1 − g2 > 0 with g1 − g2 ~ Logistic(0, 1)); ``'paper'`` gives the papers'
         sigmoid(θ/τ), which under-counts open gates for θ > 0 and τ > 1 (at θ = 3, τ = 4.5:
         0.66 instead of 0.95), kept only to reproduce the papers."""

@@ -1,4 +1,4 @@
-"""The MLP of a DCS/KCR block: supernet (gated) and deployed (pruned) forms (METHOD §2.2, §2.3).
+"""The MLP of a DCS/KCR block: supernet (gated) and deployed (pruned) forms (method.md §2.2, §2.3).
 
 Supernet: ``x + g ⊙ MLP(g ⊙ LN(x))`` with g = gate(α). Deployed: fc1 reads only the D̃ kept
 input channels, fc2 writes only the D̃ kept output channels, which are added back into the

@@ -1,4 +1,4 @@
-"""The two channel selections of a DCS block (METHOD §2).
+"""The two channel selections of a DCS block (method.md §2).
 
 * :class:`QKChannelSelector` — channel selection for the attention weights: a per-token mask
   ``M = gate(Linear_θ(x))`` on the Q/K channels. Linear_θ is a weight of the network (trained by

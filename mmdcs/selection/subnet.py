@@ -1,4 +1,4 @@
-"""Subnet export and application (METHOD §4): a searched supernet becomes plain data, and a pruned
+"""Subnet export and application (method.md §4): a searched supernet becomes plain data, and a pruned
 network is built from that data alone.
 
 A *prunable* module is any module with a ``select`` attribute (a :class:`ChannelSelector`) and a

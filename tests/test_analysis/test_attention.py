@@ -84,7 +84,7 @@ def test_collect_entropies_maps_and_ranks():
 
 
 def test_masked_rank_bounds():
-    """Channels closed for every token lower the rank to the channels left (seed 000, Table 6);
+    """Channels closed for every token lower the rank to the channels left (DCS paper, Table 6);
     per-token masks are bounded by min(N, channels some token keeps), not by rank(QKᵀ)."""
     torch.manual_seed(0)
     dcs = ViT('deit-tiny', 'dcs', img_size=144).eval()  # N = 1 + 9·9 = 82 > head_dim 64

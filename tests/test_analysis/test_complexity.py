@@ -56,7 +56,7 @@ def test_random_subnet_keeps_the_stated_ratio_seeded():
 
 def test_flops_drop_exactly_by_the_cost_model():
     """Backbone FLOPs of a KCR subnet = supernet FLOPs − Σ flops_per_channel·(D − D̃): the
-    counter and the exact cost model (METHOD §3, mode 'flops') agree."""
+    counter and the exact cost model (method.md §3, mode 'flops') agree."""
     size = 64
     sup = ViT('deit-tiny', 'kcr', img_size=size).eval()
     full = count_flops(sup, size)

@@ -1,6 +1,6 @@
 """Every ImageNet classification config of ``configs/dcs``, ``configs/kcr`` and
-``configs/baselines`` at full scale: it parses, its numbers are the papers' (seed 000 4.1/A.2,
-seed 001 4.1/A.1, METHOD §3-§7), its data settings have the right shape and its pipelines run
+``configs/baselines`` at full scale: it parses, its numbers are the papers' (DCS paper 4.1/A.2,
+KCR paper 4.1/A.1, method.md §3-§7), its data settings have the right shape and its pipelines run
 (no ImageNet here: a fake JPEG), its model builds (retraining configs from a subnet freshly
 exported from the search config's supernet), and a search config takes one architecture step
 and one weight step through the search loop's own ``train_step``.
@@ -30,7 +30,7 @@ ARCHS = {
     'swin-t': ('Swin', 224),
     'swin-b': ('Swin', 224),
 }
-# METHOD §9 (+ seed 000 Table 1's DCS-ViT-S/16 and DCS-Swin-T)
+# method.md §9 (+ DCS paper Table 1's DCS-ViT-S/16 and DCS-Swin-T)
 SEARCHED = [('dcs', 'mobilevit-xs'), ('dcs', 'mobilevit-s'), ('dcs', 'efficientvit-b1'),
             ('dcs', 'vit-s16'), ('dcs', 'swin-t'), ('kcr', 'vit-s16'), ('kcr', 'vit-b16'),
             ('kcr', 'swin-t'), ('kcr', 'swin-b')]
@@ -127,7 +127,7 @@ def _check_retrain_schedule(cfg):
 
 @pytest.mark.parametrize('name', sorted(SEARCH))
 def test_search_settings(name):
-    """seed 000 4.1 / seed 001 4.1: 200 epochs, 70/30, AdamW (0.9, 0.999) 1e-3 -> 1e-4 cosine,
+    """DCS paper 4.1 / KCR paper 4.1: 200 epochs, 70/30, AdamW (0.9, 0.999) 1e-3 -> 1e-4 cosine,
     τ0 = 4.5 x 0.95 per epoch, λ = 0.2 (paper cost)."""
     method, arch = SEARCH[name]
     cfg = _load(name)
@@ -160,7 +160,7 @@ def test_search_settings(name):
 
 @pytest.mark.parametrize('name', sorted(RETRAIN))
 def test_retrain_settings(name):
-    """seed 000 A.2 / seed 001 A.1 + METHOD §4-§7: the retrain schedule, t_warm = 90, IB η = 50
+    """DCS paper A.2 / KCR paper A.1 + method.md §4-§7: the retrain schedule, t_warm = 90, IB η = 50
     (DCS) or KCR η = 1, γ = 0.1; τ hook for DCS subnets only; EMA."""
     method, arch = RETRAIN[name]
     cfg = _load(name)

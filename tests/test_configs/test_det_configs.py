@@ -17,8 +17,8 @@ pytest.importorskip('mmdet')
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIG_DIR = osp.join(ROOT, 'configs', 'det')
 
-# What each config must say: the detector, the backbone, and the recipe (seed 000 4.2/4.3,
-# seed 001 4.4, mmdet's Swin recipe); 'subnet': built from an exported subnet file.
+# What each config must say: the detector, the backbone, and the recipe (DCS paper 4.2/4.3,
+# KCR paper 4.4, mmdet's Swin recipe); 'subnet': built from an exported subnet file.
 SSDLITE = dict(recipe='ssdlite', detector='SingleStageDetector')
 MASK_RCNN_COS = dict(recipe='mask-rcnn-adamw-cos', detector='MaskRCNN')
 MASK_RCNN_SWIN = dict(recipe='mask-rcnn-swin', detector='MaskRCNN')
@@ -100,7 +100,7 @@ def test_every_config_is_listed():
 
 # ----------------------------------------------------------------------------- the recipes
 def _check_ssdlite(cfg, exp):
-    """seed 000 4.3 (+ ml-cvnets' MobileViT SSDLite recipe): 320², AdamW, cosine 9e-4 -> 1.6e-6,
+    """DCS paper 4.3 (+ ml-cvnets' MobileViT SSDLite recipe): 320², AdamW, cosine 9e-4 -> 1.6e-6,
     200 epochs, batch 128, EMA."""
     opt = cfg.optim_wrapper.optimizer
     assert (opt.type, opt.lr, opt.weight_decay, tuple(opt.betas)) == ('AdamW', 9e-4, 0.01,
@@ -126,7 +126,7 @@ def _check_ssdlite(cfg, exp):
 
 
 def _check_mask_rcnn_cos(cfg, exp):
-    """seed 000 4.2: Mask R-CNN + FPN, 12 epochs, AdamW lr 1e-3, cosine."""
+    """DCS paper 4.2: Mask R-CNN + FPN, 12 epochs, AdamW lr 1e-3, cosine."""
     opt = cfg.optim_wrapper.optimizer
     assert (opt.type, opt.lr) == ('AdamW', 1e-3)
     assert cfg.train_cfg.max_epochs == 12
@@ -153,7 +153,7 @@ def _check_mask_rcnn_swin(cfg, exp):
 
 
 def _check_cascade(cfg, exp):
-    """seed 001 4.4: Cascade Mask R-CNN, 36 epochs, short side 480-800 (max 1333), AdamW 1e-4,
+    """KCR paper 4.4: Cascade Mask R-CNN, 36 epochs, short side 480-800 (max 1333), AdamW 1e-4,
     weight decay 0.05, batch 16; plain OptimWrapper (runs on a CPU; --amp for fp16)."""
     _check_swin_optim(cfg)
     assert cfg.optim_wrapper.type == 'OptimWrapper'

@@ -1,5 +1,5 @@
 """Every segmentation config of ``configs/seg`` at full scale: it parses, its schedule is the
-paper's (seed 001, 4.3), its datasets and train / test / multi-scale-test pipelines build and run on
+paper's (KCR paper, 4.3), its datasets and train / test / multi-scale-test pipelines build and run on
 a fake ADE20K sample, and its segmentor builds (subnet configs from a freshly exported subnet),
 takes one training step with the config's optimizer wrapper and predicts.
 
@@ -60,7 +60,7 @@ def test_configs_dump_and_reload(tmp_path):
 
 @pytest.mark.parametrize('name', CONFIGS)
 def test_config_settings(name):
-    """seed 001, 4.3: UperNet, 160k iterations, batch 16, AdamW 6e-5, wd 0.01, 1,500 warm-up
+    """KCR paper, 4.3: UperNet, 160k iterations, batch 16, AdamW 6e-5, wd 0.01, 1,500 warm-up
     iterations then linear decay, drop path 0.2, flip + rescale 0.5-2.0 + photometric distortion,
     multi-scale test 0.5-1.75."""
     cfg = _load(name)

@@ -1,4 +1,4 @@
-"""The IB bound of DCS (METHOD §6): representation, k-means, streaming Q, DDP, Theorem 3.1."""
+"""The IB bound of DCS (method.md §6): representation, k-means, streaming Q, DDP, Theorem 3.1."""
 import functools
 
 import pytest
@@ -454,7 +454,7 @@ def test_bound_decomposition_and_lemma_d1(kind, s):
         assert ibbs[0] + float(slack) - float(ib) >= -TOL
 
 
-_VIOLATED = ('Theorem 3.1 of seed 000 is violated here (a counter-example, see the ib_bound '
+_VIOLATED = ('Theorem 3.1 of DCS paper is violated here (a counter-example, see the ib_bound '
              'module doc): IBB - IB = KL(P||Q) + H(X~|X) - mean_i H(phi(X_i,.)), and with '
              'L2-normalised inputs phi(X_i,.) is nearly uniform at small s. Lemma D.1 with its '
              'extra term does hold (test_bound_decomposition_and_lemma_d1).')

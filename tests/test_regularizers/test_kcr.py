@@ -1,4 +1,4 @@
-"""The KCR loss (METHOD §7): exact streaming TNN, the Nyström route, reports, DDP, state."""
+"""The KCR loss (method.md §7): exact streaming TNN, the Nyström route, reports, DDP, state."""
 import math
 
 import pytest
@@ -168,7 +168,7 @@ def test_nystrom_with_fewer_landmarks_overestimates_and_the_raw_formula_goes_neg
     total = sum(ny.loss(f[sl]) * (sl.stop - sl.start) for sl in _batches(n, 64)) / n
     torch.testing.assert_close(total, torch.tensor(approx, dtype=torch.float64), rtol=1e-9,
                                atol=1e-9)
-    # the seed's Ũ = C Q Λ^{-1/2}, not orthonormalised: a negative "TNN" (METHOD §7)
+    # the seed's Ũ = C Q Λ^{-1/2}, not orthonormalised: a negative "TNN" (method.md §7)
     raw = NystromKCR(d, gamma, num_landmarks=n, orthonormalize=False)
     _fed(raw, f, 64)
     assert float(raw.tnn()) < -1000 < 0 < true

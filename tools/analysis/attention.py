@@ -1,4 +1,4 @@
-"""Attention analysis of DCS models (seed 000, supplementary): entropy of the rows of the
+"""Attention analysis of DCS models (DCS paper, supplementary): entropy of the rows of the
 affinity matrices per head and block (Fig. 4 histograms, average-entropy table), the attention
 map of one query on the image (Fig. 5/6), and the numerical rank of (Q⊙M)(K⊙M)ᵀ vs QKᵀ per head
 and block (Table 6).

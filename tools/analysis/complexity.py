@@ -1,6 +1,6 @@
 """Parameters and FLOPs (``mmengine.analysis``, multiply-accumulates) of mmdcs models.
 
-The table of every model (METHOD §9): baseline, DCS/KCR supernet, and subnets pruned to the
+The table of every model (method.md §9): baseline, DCS/KCR supernet, and subnets pruned to the
 given kept ratios (each paper's variant: DCS for MobileViT / EfficientViT, KCR for ViT / Swin),
 whole classifiers at the nominal input size (224; 256 for MobileViT), beside the papers' numbers:
 
@@ -41,7 +41,7 @@ def parse_args(argv=None):
     parser.add_argument('--table', action='store_true',
                         help='the table of every model: baseline, supernet, subnets')
     parser.add_argument('--models', nargs='+', default=None,
-                        help='archs of the table (default: the seven of METHOD §9)')
+                        help='archs of the table (default: the seven of method.md §9)')
     parser.add_argument('--ratios', type=float, nargs='+', default=[0.9, 0.7],
                         help='kept ratios of the table\'s subnets')
     parser.add_argument('--size', type=int, default=None,

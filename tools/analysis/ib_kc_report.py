@@ -1,5 +1,5 @@
-"""IB and kernel-complexity report of classifiers over a dataset split (seed 000, Table 4:
-IB(W); seed 001, Table 4 / Fig. 1: TNN, KC, KCR bounds). Works for any mmpretrain classifier
+"""IB and kernel-complexity report of classifiers over a dataset split (DCS paper, Table 4:
+IB(W); KCR paper, Table 4 / Fig. 1: TNN, KC, KCR bounds). Works for any mmpretrain classifier
 (baseline, DCS or KCR): give several CONFIG CHECKPOINT pairs to compare them side by side
 (the same images, the same input centroids).
 

@@ -1,5 +1,5 @@
 """Per-epoch curves of mmengine JSON logs, for one or several runs (legend = run name):
-IB / IBB (seed 000, Fig. 8), TNN / KC (seed 001, Fig. 1), loss and accuracy.
+IB / IBB (DCS paper, Fig. 8), TNN / KC (KCR paper, Fig. 1), loss and accuracy.
 
     python tools/analysis/plot_logs.py WORK_DIR_OR_JSON [WORK_DIR_OR_JSON ...]
         [--names baseline dcs ...] [--out-dir DIR] [--figures ib kc training]

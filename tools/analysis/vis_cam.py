@@ -1,4 +1,4 @@
-"""Grad-CAM of classifiers on images, seed 000 Fig. 7 style: first row the images, then one
+"""Grad-CAM of classifiers on images, DCS paper Fig. 7 style: first row the images, then one
 row per model with its Grad-CAM heat map (predicted class and probability in the titles).
 
     python tools/analysis/vis_cam.py --model CONFIG CHECKPOINT [--model CONFIG CHECKPOINT]
@@ -31,7 +31,7 @@ from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwr
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='Grad-CAM of classifiers (seed 000, Fig. 7)')
+    p = argparse.ArgumentParser(description='Grad-CAM of classifiers (DCS paper, Fig. 7)')
     p.add_argument('--model', nargs=2, action='append', required=True,
                    metavar=('CONFIG', 'CHECKPOINT'),
                    help='a classifier config and checkpoint (repeat to compare)')

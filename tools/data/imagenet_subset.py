@@ -1,5 +1,5 @@
 """Write the annotation files of the seeded ImageNet class subset used by the search
-(METHOD §4; logic in mmdcs/datasets/imagenet_subset.py).
+(method.md §4; logic in mmdcs/datasets/imagenet_subset.py).
 
     python tools/data/imagenet_subset.py --imagenet data/imagenet --out data/imagenet100 \
         --classes 100 --seed 0

@@ -1,4 +1,4 @@
-# The search set (seed 000 4.1, seed 001 4.1; METHOD §4): 100 ImageNet classes, a fixed seeded
+# The search set (DCS paper 4.1, KCR paper 4.1; method.md §4): 100 ImageNet classes, a fixed seeded
 # subset written by
 #   python tools/data/imagenet_subset.py --imagenet data/imagenet --out data/imagenet100 \
 #       --classes 100 --seed 0

@@ -1,5 +1,5 @@
 # ImageNet-1k at 224x224 for the retraining of the DCS / KCR subnets and of their baselines.
-# Augmentation as the papers (seed 000 A.2, seed 001 A.1, "following EfficientViT"): random
+# Augmentation as the papers (DCS paper A.2, KCR paper A.1, "following EfficientViT"): random
 # scaling + cropping (RandomResizedCrop) and random horizontal flip; no RandAugment, mixup,
 # cutmix or random erasing. Test: short side 256, centre crop 224. Bicubic (PIL), as timm.
 # 64 images per GPU x 8 GPUs = the papers' batch of 512 (they used 4 GPUs x 128: set

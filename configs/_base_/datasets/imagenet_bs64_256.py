@@ -1,4 +1,4 @@
-# ImageNet-1k at 256x256 for MobileViT (its nominal resolution; seed 000 4.1). Inputs are RGB
+# ImageNet-1k at 256x256 for MobileViT (its nominal resolution; DCS paper 4.1). Inputs are RGB
 # scaled to [0, 1] without mean/std, the convention of MobileViT's weights (timm, ml-cvnets) and
 # of configs/det/ssdlite_mobilevit-*. Test: short side 288, centre crop 256 (mmpretrain's
 # MobileViT configs). The same block is in ./imagenet100_search_256.py (a test keeps them equal).

@@ -1,5 +1,5 @@
 # Cascade Mask R-CNN + FPN, 3x schedule (36 epochs), multi-scale training, COCO: the Swin
-# Transformer detection recipe that KCR-Transformer follows (seed 001, 4.4): every image resized so
+# Transformer detection recipe that KCR-Transformer follows (KCR paper, 4.4): every image resized so
 # that its shorter side is in [480, 800] and its longer side at most 1333 (with DETR's random crop
 # as the second of two policies, as the Swin recipe), AdamW lr 1e-4, weight decay 0.05 (none on
 # norms and relative position tables), batch 16 (8 GPUs x 2), lr x0.1 at epochs 27 and 33.

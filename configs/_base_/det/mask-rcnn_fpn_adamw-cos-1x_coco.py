@@ -1,5 +1,5 @@
 # Mask R-CNN + FPN, 1x schedule (12 epochs), COCO instance segmentation, as DCS-Transformer
-# fine-tunes DCS-EfficientViT-B1 and its baseline (seed 000, 4.2): mmdet's Mask R-CNN 1x recipe
+# fine-tunes DCS-EfficientViT-B1 and its baseline (DCS paper, 4.2): mmdet's Mask R-CNN 1x recipe
 # (data, batch 16 = 8 GPUs x 2, 500-iteration linear warm-up) with AdamW, lr 1e-3, decayed by a
 # cosine schedule. The paper gives neither the weight decay nor the final lr: 0.05 (the usual AdamW
 # value of mmdet's transformer-backbone recipes) and a decay to 0.

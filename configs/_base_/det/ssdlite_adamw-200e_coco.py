@@ -1,5 +1,5 @@
 # SSDLite 320×320 on COCO with the MobileViT detection recipe, as DCS-Transformer fine-tunes its
-# backbones (seed 000, 4.3: "AdamW for 200 epochs following the same settings in MobileViT ...
+# backbones (DCS paper, 4.3: "AdamW for 200 epochs following the same settings in MobileViT ...
 # cosine, 0.0009 -> 1.6e-6"; the rest from Apple's ml-cvnets
 # config/detection/ssd_mobilevit_*_320.yaml): AdamW with weight decay 0.01, 500 iterations of
 # linear warm-up from 0.1x, cosine decay per epoch, batch 128 (4 GPUs x 32), an EMA of the weights

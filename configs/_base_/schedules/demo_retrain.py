@@ -1,4 +1,4 @@
-# Retraining of an exported subnet on a CPU-sized budget (METHOD §4 in miniature): AdamW,
+# Retraining of an exported subnet on a CPU-sized budget (method.md §4 in miniature): AdamW,
 # linear warm-up then cosine, CE for t_warm epochs then CE + η·(IB or KCR), EMA weights for
 # evaluation. The Q/K gates of a DCS subnet keep training (τ schedule as in the search).
 _base_ = ['./demo_adamw.py']

@@ -1,4 +1,4 @@
-# The alternating search on a CPU-sized budget (METHOD §4 with short epochs): weights and
+# The alternating search on a CPU-sized budget (method.md §4 with short epochs): weights and
 # architecture parameters α have their own AdamW; 70% of the training set updates the weights,
 # 30% α; τ0 = 4.5, ×0.95 per epoch. The paper's full-scale values are in configs/dcs|kcr/.
 optim_wrapper = dict(

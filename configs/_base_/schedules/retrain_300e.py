@@ -1,4 +1,4 @@
-# Retraining on ImageNet-1k (seed 000 A.2, seed 001 A.1; METHOD §4), shared by the DCS / KCR
+# Retraining on ImageNet-1k (DCS paper A.2, KCR paper A.1; method.md §4), shared by the DCS / KCR
 # subnets and by their baselines (configs/baselines/, the same recipe without the method):
 # 300 epochs, AdamW (β 0.9, 0.999), weight decay 0.01, lr 2e-4 -> 2e-3 linearly over the first
 # 5 epochs then cosine to 2e-4 at epoch 300, batch 512 (64 per GPU x 8 GPUs; `--auto-scale-lr`
@@ -35,7 +35,7 @@ val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=512)
 
-# The methods' terms (METHOD §6, §7), used by the configs of configs/dcs and configs/kcr as
+# The methods' terms (method.md §6, §7), used by the configs of configs/dcs and configs/kcr as
 # `model.regularizer` (ChannelSelectionClassifier): cross-entropy alone for the first
 # t_warm = 90 epochs, then + η·IBB (DCS, η = 50, s = 1) or + η·KCR (KCR, η = 1, γ = 0.1; the
 # exact route, `route='nystrom'` for the paper's Nyström approximation).

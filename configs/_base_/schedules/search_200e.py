@@ -1,11 +1,11 @@
-# The alternating search of DCS / KCR at full scale (seed 000 4.1 and Alg. 1, seed 001 4.1;
-# METHOD §4, §5), on the 100-class subset (../datasets/imagenet100_search*.py):
+# The alternating search of DCS / KCR at full scale (DCS paper 4.1 and Alg. 1, KCR paper 4.1;
+# method.md §4, §5), on the 100-class subset (../datasets/imagenet100_search*.py):
 # * every epoch a fixed, seeded 70% of the training images update the weights W (cross-entropy)
 #   and the other 30% the architecture parameters α (cross-entropy + λ·log cost(α));
 # * W and α have their own AdamW (β 0.9, 0.999), lr 1e-3 -> 1e-4 cosine over 200 epochs;
 # * τ0 = 4.5, τ <- 0.95·τ every epoch; λ = 0.2 (the per-model configs set
 #   `model.cost = _base_.search_cost`).
-# Choices where the papers are silent (METHOD: "where it chooses, it says so"):
+# Choices where the papers are silent (method.md: "where it chooses, it says so"):
 # * α: the same AdamW and schedule as W, without weight decay (a decay would pull every α, i.e.
 #   every gate, towards P(open) = 0.5);
 # * W: weight decay 0.01 (the retraining's), none on norms, biases, position embeddings, class
@@ -53,7 +53,7 @@ val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=512)
 
-# the search objective: λ·log cost(α) with the papers' cost formulas (METHOD §3);
+# the search objective: λ·log cost(α) with the papers' cost formulas (method.md §3);
 # `mode='flops'` for the exact FLOPs, `entropy_weight` > 0 for the optional gate-entropy term
 search_cost = dict(mode='paper', weight=0.2)
 custom_hooks = [dict(type='mmdcs.TemperatureHook', start=4.5, factor=0.95, by='epoch')]

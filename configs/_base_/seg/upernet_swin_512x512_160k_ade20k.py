@@ -1,5 +1,5 @@
 # UperNet on ADE20K, 512×512 crops, 160k iterations: the Swin Transformer segmentation recipe that
-# KCR-Transformer follows (seed 001, 4.3), which is mmseg's Swin UperNet config: AdamW lr 6e-5,
+# KCR-Transformer follows (KCR paper, 4.3), which is mmseg's Swin UperNet config: AdamW lr 6e-5,
 # weight decay 0.01 (none on norms and relative position tables), batch 16 (8 GPUs x 2), linear
 # warm-up over 1,500 iterations then linear decay (poly, power 1) to 0, random rescale 0.5-2.0 +
 # crop + flip + photometric distortion, auxiliary FCN head on stage 3.

@@ -1,4 +1,4 @@
-"""Figures of :class:`~.stats.AttentionStats` (seed 000, supplementary): entropy histograms
+"""Figures of :class:`~.stats.AttentionStats` (DCS paper, supplementary): entropy histograms
 (Fig. 4) and one query's attention maps (Fig. 5/6); :func:`overlay` (a heat map on an image) is
 shared with Grad-CAM's figure."""
 import math

@@ -1,5 +1,5 @@
 """Markdown tables of :class:`~.stats.AttentionStats`: row entropies per block and head, and
-(seed 000, Table 6) the numerical ranks of (Q⊙M)(K⊙M)ᵀ and QKᵀ."""
+(DCS paper, Table 6) the numerical ranks of (Q⊙M)(K⊙M)ᵀ and QKᵀ."""
 import math
 from typing import Dict, Optional, Sequence
 

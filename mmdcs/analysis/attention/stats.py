@@ -1,4 +1,4 @@
-"""Statistics of the attention weights of a DCS model (seed 000, supplementary: Fig. 4 entropy
+"""Statistics of the attention weights of a DCS model (DCS paper, supplementary: Fig. 4 entropy
 histograms, Fig. 5/6 attention maps of one query, Table 6 ranks of (Q⊙M)(K⊙M)ᵀ), and a small
 Grad-CAM (Fig. 7).
 
@@ -18,7 +18,7 @@ images through the model; forward hooks read, per attention module ("block"):
   Note: with per-token masks the masked rank is **not** bounded by the unmasked one: when
   Q or K is rank-deficient (e.g. tokens of flat image regions), masking each row differently
   can take rows out of Q's row space and raise the rank. Masks that close a channel for every
-  token lower it (to at most the channels left), which is what seed 000's Table 6 reports.
+  token lower it (to at most the channels left), which is what DCS paper's Table 6 reports.
 
 Families:
 

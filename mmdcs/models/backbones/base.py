@@ -44,8 +44,8 @@ from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, QKChannelSe
                              prunable_modules, selector_layout)
 
 #: variant -> (Q/K channel selection, attention-output/MLP channel selection)
-#: 'dcs-arch1' and 'dcs-arch2' are the paper's ablations (seed 000, Table 8): Q/K selection only,
-#: MLP selection only; 'kcr' has the same structure as 'dcs-arch2' (seed 001, 3.1).
+#: 'dcs-arch1' and 'dcs-arch2' are the paper's ablations (DCS paper, Table 8): Q/K selection only,
+#: MLP selection only; 'kcr' has the same structure as 'dcs-arch2' (KCR paper, 3.1).
 VARIANTS: Dict[str, Tuple[bool, bool]] = {
     'baseline': (False, False),
     'dcs': (True, True),

@@ -17,7 +17,7 @@ attention ``(ReLU(q) (ReLU(k)ᵀ [v 1]))[:-1] / ([...][-1] + eps)`` runs in fp32
 the concatenated outputs (total_dim·(1 + len(scales)) channels) go through ``proj`` (1×1
 ConvNorm).
 
-DCS (METHOD §2, seed 000 A.1), per LiteMLA:
+DCS (method.md §2, DCS paper A.1), per LiteMLA:
 
 1. Q/K channel selection: M = gate(Linear_θ(x)) per pixel, on the LiteMLA input x, with
    total_dim channels (one head-split mask of a branch); the same M multiplies q and k of every
@@ -468,7 +468,7 @@ class EfficientViT(SelectableBackbone):
         return {n: m for n, m in self.named_modules() if isinstance(m, LiteMLA)}
 
     def cost_terms(self) -> List[CostTerm]:
-        """Per prunable LiteMLA j (seed 000 A.1, METHOD §3), at the nominal 224 input:
+        """Per prunable LiteMLA j (DCS paper A.1, method.md §3), at the nominal 224 input:
 
         * paper: (2D̃² + D̃) + (1 + D̃)·H·W·C with H×W the block's feature map and C the output
           channels of the next MBConv's first conv (a proxy: the residual keeps all channels);

@@ -28,7 +28,7 @@ A feature map whose size is not a multiple of the 2×2 patch is resized (bilinea
 multiple before unfolding and back after folding, as timm does; so any input size works
 (stage outputs at strides 2, 4, 8, 16, 32, each ``ceil``-halved by the stride-2 convs).
 
-DCS (METHOD §2 "MobileViT"): every transformer layer is a DCS layer,
+DCS (method.md §2 "MobileViT"): every transformer layer is a DCS layer,
 ``x = x + Attn_M(LN(x)); x = x + g ⊙ MLP(g ⊙ LN(x))`` with the per-token Q/K mask
 ``M = gate(Linear_θ(LN(x)))`` (:class:`~mmdcs.selection.DCSAttention`) and ``g = gate(α)``
 (:class:`~mmdcs.selection.GatedMLP`). KCR and the ablations drop one of the two selections.

@@ -6,7 +6,7 @@ Layout and parameter names follow timm's ``swin_transformer.py`` (``patch_embed.
 convert by renaming only the final norm and the classifier (:func:`convert_timm`); the original
 Microsoft layout converts too (:func:`convert_official_swin`).
 
-Every block is a DCS or KCR block (METHOD §2): the window attention is a
+Every block is a DCS or KCR block (method.md §2): the window attention is a
 :class:`~mmdcs.selection.DCSAttention` whose Q/K mask is per token inside each window, with the
 relative position bias and the shifted-window mask passed as its additive ``attn_bias``; the MLP is
 a :class:`~mmdcs.selection.GatedMLP`.
@@ -440,7 +440,7 @@ class Swin(SelectableBackbone):
                 outs.append(getattr(self, f'norm{i}')(x).permute(0, 3, 1, 2).contiguous())
         return tuple(outs)
 
-    # ----------------------------------------------------------------- cost (METHOD §3)
+    # ----------------------------------------------------------------- cost (method.md §3)
     def stage_tokens(self, img_size: Optional[int] = None) -> List[int]:
         """Tokens of every stage at the nominal input size (56², 28², 14², 7² at 224)."""
         side = math.ceil((img_size or self.img_size) / self.patch_size)

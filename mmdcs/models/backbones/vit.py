@@ -8,7 +8,7 @@ are timm's ``deit_tiny_patch16_224``, ``vit_small_patch16_224`` and ``vit_base_p
 token position, pre-norm blocks (LayerNorm, eps 1e-6), qkv bias, GELU MLP of ratio 4, final norm,
 class-token pooling, no pre-logits layer.
 
-Every block is (METHOD §2)::
+Every block is (method.md §2)::
 
     x = x + drop_path(attn(norm1(x)))      # DCSAttention: per-token Q/K mask M = gate(Linear_θ)
     x = x + drop_path(mlp(norm2(x)))       # GatedMLP: x + g ⊙ MLP(g ⊙ LN(x)), g = gate(α)

@@ -1,4 +1,4 @@
-"""The classifier of the search and of the retraining (METHOD §3, §4, §6, §7).
+"""The classifier of the search and of the retraining (method.md §3, §4, §6, §7).
 
 ``ChannelSelectionClassifier`` is mmpretrain's ``ImageClassifier`` plus two optional terms:
 

@@ -4,7 +4,7 @@ top-k gather, and the restoration of dropped tokens into a dense map.
 * Training (paper §3.2–3.3): ``D = GumbelSoftmax(π, hard=True)[:, :, keep] ⊙ D̂`` — a hard 0/1
   mask with a straight-through gradient, cumulative over the stages (a dropped token stays
   dropped).
-* Inference (§3.4): the ``m_s = ⌈ρ_s·N⌉`` best-scored patch tokens are gathered (``argsort`` of
+* Inference (DynamicViT paper §3.4): the ``m_s = ⌈ρ_s·N⌉`` best-scored patch tokens are gathered (``argsort`` of
   the keep score), the class token always kept; ``N`` is the number of patch tokens entering the
   network and ρ_s the keep ratio of stage s relative to it. The public code uses ``int(ρ_s·N)``;
   here the count is ``⌈ρ_s·N⌉`` (at least one token), so a stage never keeps fewer than ρ_s.
