@@ -1,13 +1,8 @@
 """Parameters and FLOPs of mmdcs models, counted with one tool (``mmengine.analysis``) for the
 baseline, the supernet and the pruned subnet alike (method.md §9).
 
-FLOPs are **multiply-accumulates** as ``mmengine.analysis.FlopAnalyzer`` (fvcore) counts them:
-convolutions, linear layers, matmuls/einsums, normalisation layers; element-wise operations
-(activations, softmax, the 0/1 gate masks, residual additions) count nothing. mmengine has no
-handle for ``aten::scaled_dot_product_attention``, so the attention products of
-:class:`~mmdcs.selection.DCSAttention` (ViT, Swin, MobileViT) would silently count 0; we add one
-(:func:`sdpa_flop_jit`: Q·Kᵀ and W·V, ``B·heads·N_q·N_k·(d_qk + d_v)``), so the
-explicit-matmul form and the fused form count the same.
+FLOPs are multiply-accumulates as ``mmengine.analysis`` counts them, with the attention products
+added (see :mod:`mmdcs.models.counting`, where the counting lives).
 
 * :func:`count_params`, :func:`count_flops`, :func:`calibrate_cost` — of any module (a backbone,
   or a whole mmengine model such as an mmpretrain ``ImageClassifier``, traced in ``'tensor'``

@@ -62,6 +62,23 @@ class BlockSelection:
 
 
 @dataclass
+def _check_entry(entry, dim: int, what: str, width: str, unit: str, empty: str) -> None:
+    """A block's (or hidden entry's) kept indices against the backbone's width ``dim``."""
+    if entry.dim != dim:
+        raise SubnetError(f'{what} {entry.name}: the subnet says {width} = {entry.dim}, the '
+                          f'backbone has {width} = {dim}')
+    if entry.kept == 0:
+        raise SubnetError(f'{what} {entry.name}: {empty}')
+    bad = [k for k in entry.keep if not 0 <= k < dim]
+    if bad:
+        raise SubnetError(f'{what} {entry.name}: {unit} index {bad[0]} is out of range '
+                          f'[0, {dim})')
+    if len(set(entry.keep)) != len(entry.keep):
+        raise SubnetError(f'{what} {entry.name}: repeated {unit} indices')
+    if not set(entry.pad) <= set(entry.keep):
+        raise SubnetError(f'{what} {entry.name}: "pad" lists {unit}s that are not in "keep"')
+
+
 class SubnetSpec:
     """The exported architecture: what a pruned backbone is built from."""
     family: str
@@ -181,21 +198,8 @@ class SubnetSpec:
                 + (f'; not in the backbone: {", ".join(extra[:4])}' if extra else '')
                 + ('; some blocks are listed twice' if len(set(names)) != len(names) else ''))
         for b in self.blocks:
-            dim = layout[b.name]
-            if b.dim != dim:
-                raise SubnetError(f'block {b.name}: the subnet says D = {b.dim}, the backbone '
-                                  f'has D = {dim}')
-            if b.kept == 0:
-                raise SubnetError(f'block {b.name}: D̃ = 0 (no channel kept); a block needs at '
-                                  'least one channel')
-            bad = [k for k in b.keep if not 0 <= k < dim]
-            if bad:
-                raise SubnetError(f'block {b.name}: channel index {bad[0]} is out of range '
-                                  f'[0, {dim})')
-            if len(set(b.keep)) != len(b.keep):
-                raise SubnetError(f'block {b.name}: repeated channel indices')
-            if not set(b.pad) <= set(b.keep):
-                raise SubnetError(f'block {b.name}: "pad" lists channels that are not in "keep"')
+            _check_entry(b, layout[b.name], 'block', 'D', 'channel',
+                         'D̃ = 0 (no channel kept); a block needs at least one channel')
         if self.hidden:
             self._check_hidden(hidden_layout or {})
 
@@ -207,22 +211,8 @@ class SubnetSpec:
             if b.name not in hidden_layout:
                 raise SubnetError(f'hidden entry {b.name}: the backbone has no module with '
                                   f'prunable hidden units there')
-            dim = hidden_layout[b.name]
-            if b.dim != dim:
-                raise SubnetError(f'hidden entry {b.name}: the subnet says H = {b.dim}, the '
-                                  f'backbone has H = {dim}')
-            if b.kept == 0:
-                raise SubnetError(f'hidden entry {b.name}: no hidden unit kept; a module needs '
-                                  'at least one')
-            bad = [k for k in b.keep if not 0 <= k < dim]
-            if bad:
-                raise SubnetError(f'hidden entry {b.name}: unit index {bad[0]} is out of range '
-                                  f'[0, {dim})')
-            if len(set(b.keep)) != len(b.keep):
-                raise SubnetError(f'hidden entry {b.name}: repeated unit indices')
-            if not set(b.pad) <= set(b.keep):
-                raise SubnetError(f'hidden entry {b.name}: "pad" lists units that are not in '
-                                  '"keep"')
+            _check_entry(b, hidden_layout[b.name], 'hidden entry', 'H', 'unit',
+                         'no hidden unit kept; a module needs at least one')
 
 
 def prunable_modules(model: nn.Module) -> Dict[str, nn.Module]:

@@ -205,11 +205,17 @@ class SelectableBackbone(BaseModule):
         size = getattr(self, 'img_size', None) or self.nominal_size
         return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
+    #: whether the family is built for one input size (``img_size``: ViT's position-embedding
+    #: grid, Swin's cost); False: its layers do not depend on it (MobileViT, EfficientViT)
+    takes_img_size: bool = False
+
     @classmethod
     def size_kwargs(cls, size: Optional[Tuple[int, int]]) -> dict:
-        """Constructor arguments that build this family for inputs of ``size`` (H, W): none
-        for a family whose layers do not depend on the input size (MobileViT, EfficientViT)."""
-        return {}
+        """Constructor arguments that build this family for inputs of ``size`` (H, W):
+        ``img_size`` for a family built for one input size, none otherwise."""
+        if size is None or not cls.takes_img_size:
+            return {}
+        return dict(img_size=size[0] if size[0] == size[1] else tuple(size))
 
     # ----------------------------------------------------------------- attention
     def attention_layout(self, name: str) -> 'AttentionLayout':

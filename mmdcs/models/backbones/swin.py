@@ -350,6 +350,7 @@ class Swin(SelectableBackbone):
             shifts and then pads (timm). See the module doc.
     """
     family = 'swin'
+    takes_img_size = True
     arch_zoo = {
         'swin-t': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
         'swin-s': dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
@@ -409,12 +410,6 @@ class Swin(SelectableBackbone):
                     nn.init.zeros_(m.bias)
 
     # ----------------------------------------------------------------- contract
-    @classmethod
-    def size_kwargs(cls, size: Optional[Tuple[int, int]]) -> dict:
-        if size is None:
-            return {}
-        return dict(img_size=size[0] if size[0] == size[1] else tuple(size))
-
     def stem_parts(self) -> list:
         return [self.patch_embed]
 

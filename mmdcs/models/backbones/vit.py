@@ -203,6 +203,7 @@ class ViT(SelectableBackbone):
             classifier's pipeline gives a fixed size; timm refuses too).
     """
     family = 'vit'
+    takes_img_size = True
     arch_zoo: Dict[str, dict] = {
         'deit-tiny': dict(embed_dim=192, depth=12, num_heads=3, mlp_ratio=4., patch_size=16),
         'vit-s16': dict(embed_dim=384, depth=12, num_heads=6, mlp_ratio=4., patch_size=16),
@@ -266,12 +267,6 @@ class ViT(SelectableBackbone):
         self._freeze_stages()
 
     # ----------------------------------------------------------------- contract
-    @classmethod
-    def size_kwargs(cls, size: Optional[Tuple[int, int]]) -> dict:
-        if size is None:
-            return {}
-        return dict(img_size=size[0] if size[0] == size[1] else tuple(size))
-
     def stem_parts(self) -> list:
         return [self.patch_embed, self.cls_token, self.pos_embed, self.pos_drop]
 
