@@ -61,7 +61,6 @@ class BlockSelection:
         return d
 
 
-@dataclass
 def _check_entry(entry, dim: int, what: str, width: str, unit: str, empty: str) -> None:
     """A block's (or hidden entry's) kept indices against the backbone's width ``dim``."""
     if entry.dim != dim:
@@ -79,6 +78,7 @@ def _check_entry(entry, dim: int, what: str, width: str, unit: str, empty: str) 
         raise SubnetError(f'{what} {entry.name}: "pad" lists {unit}s that are not in "keep"')
 
 
+@dataclass
 class SubnetSpec:
     """The exported architecture: what a pruned backbone is built from."""
     family: str
