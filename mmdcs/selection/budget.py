@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .subnet import BlockSelection, SubnetSpec, prunable_modules
+from .subnet import BlockSelection, SubnetSpec, _selection, hidden_selectors, prunable_modules
 
 #: what a budget can count
 RESOURCES = ('flops', 'params')
@@ -214,7 +214,6 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if cost.hidden_dims:
         # hidden-unit selection: the searched hidden units ({β > 0}, rounded up to multiple_of)
         # are kept as they are; the channels are ranked to meet the budget given them
-        from .subnet import _selection, hidden_selectors
         sels = hidden_selectors(model)
         hidden = [_selection(k, sels[k], max(1, int(multiple_of))) for k in cost.hidden_dims]
         cost = cost.given_hidden({b.name: b.kept for b in hidden})
