@@ -1,6 +1,5 @@
 """mmdcs.analysis.attention, tools/analysis/attention.py and tools/analysis/vis_cam.py: row
 entropies, query maps, Q/K ranks, Grad-CAM and the figures (tiny models, small inputs)."""
-import importlib.util
 import math
 import os.path as osp
 import subprocess
@@ -16,16 +15,13 @@ from mmdcs.analysis.attention import (AttentionNotSupported, attention_modules,
                                       row_entropy)
 from mmdcs.models.backbones.vit import ViT
 from mmdcs.selection import QKChannelSelector
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def _tool(name):
-    path = osp.join(ROOT, 'tools', 'analysis', f'{name}.py')
-    spec = importlib.util.spec_from_file_location(f'mmdcs_tool_{name}', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(f'tools/analysis/{name}.py')
 
 
 def _pair(size=48):

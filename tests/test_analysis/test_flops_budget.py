@@ -1,12 +1,12 @@
 """Subnets at a FLOPs budget without a search (flops_budget_subnet) and the latency tool's
 --target-flops / --select-hidden."""
-import importlib.util
 import os.path as osp
 
 import pytest
 
 from mmdcs.analysis.complexity import build_backbone, count_flops, flops_budget_subnet
 from mmdcs.analysis.latency import build_pair, format_latency_table, latency_pair
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -43,10 +43,7 @@ def test_latency_pair_at_a_budget_and_the_cli(capsys):
     assert abs(rows[0]['flops_ratio'] - 0.7) <= 0.01
     assert rows[0]['hidden_kept_ratio'] == spec.hidden_kept_ratio < 1
     assert ', hidden ' in format_latency_table(rows)
-    spec_ = importlib.util.spec_from_file_location('latency_tool',
-                                                   osp.join(ROOT, 'tools/analysis/latency.py'))
-    tool = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(tool)
+    tool = load_tool('tools/analysis/latency.py')
     args = tool.parse_args(['--target-flops', '0.7', '--select-hidden', 'all'])
     assert args.select_hidden == 'all' and args.multiple_of == 8
     assert tool.parse_args(['--target-flops', '0.7', '--select-hidden']).select_hidden is True
@@ -62,10 +59,7 @@ def test_paper_budget_table_refuses_a_model_without_paper_numbers(capsys):
     assert PAPER_BUDGET_MODELS == ('mobilevit-xs', 'mobilevit-s', 'efficientvit-b1')
     with pytest.raises(ValueError, match='no paper numbers for deit-tiny'):
         paper_budget_table(['deit-tiny'])
-    spec_ = importlib.util.spec_from_file_location(
-        'complexity_tool', osp.join(ROOT, 'tools/analysis/complexity.py'))
-    tool = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(tool)
+    tool = load_tool('tools/analysis/complexity.py')
     assert tool.parse_args(['--paper-budget']).paper_budget
     with pytest.raises(SystemExit) as e:
         tool.main(['--paper-budget', '--models', 'deit-tiny'])

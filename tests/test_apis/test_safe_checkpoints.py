@@ -4,7 +4,6 @@ corrupt checkpoint is one line too; every checkpoint mmdcs writes (training, exp
 loads through the safe, weights-only path; --trust-checkpoint and the resumed run's work dir are
 the only ways to the unsafe loader."""
 import builtins
-import importlib.util
 import os
 import os.path as osp
 import pickle
@@ -18,6 +17,7 @@ import mmdcs.registry  # noqa: F401  (registers the loaders)
 from mmdcs.utils.checkpoint import (UnreadableCheckpointError, UnsafeCheckpointError,
                                     load_checkpoint_file, pickle_globals, save_weights,
                                     trust_checkpoints, trust_scope)
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -77,11 +77,7 @@ def _fresh_trust():
 
 
 def _tool(rel):
-    name = 'mmdcs_tool_' + rel.replace('/', '_').replace('.py', '')
-    spec = importlib.util.spec_from_file_location(name, osp.join(ROOT, rel))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(rel)
 
 
 def _main(rel, argv, capsys):

@@ -18,6 +18,7 @@ from mmdcs.peers.ofb import (BiMask, PMIMDecoder, adaptive_one_hot_loss, flops_l
                              score_norm, slice_param_, upsample_patch_mask)
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.registry import MODELS
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 SEARCH_CFG = osp.join(ROOT, 'configs/demo/ofb-deit-tiny_search_digits.py')
@@ -434,11 +435,7 @@ def test_resumed_search_rebuilds_sliced_shapes_and_optimizer(tiny_digits, tmp_pa
 
 
 def test_export_tool_writes_files_that_rebuild_the_compact_model(tmp_path):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location('ofb_export',
-                                                  osp.join(ROOT, 'tools/ofb_export.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool('tools/ofb_export.py')
     cfg = Config.fromfile(SEARCH_CFG)
     cfg.model.backbone.img_size = 32
     model = _build(cfg.model)
@@ -581,13 +578,8 @@ def test_full_scale_configs_have_the_public_settings():
 def test_full_scale_search_steps_and_exports_to_its_finetune_config(name, tmp_path):
     """The ImageNet search config builds at 224, takes a step of its optimizer, and what
     tools/ofb_export.py writes from it builds the fine-tuning config's compact network."""
-    import importlib.util
-
     from mmengine.optim import build_optim_wrapper
-    spec = importlib.util.spec_from_file_location('ofb_export',
-                                                  osp.join(ROOT, 'tools/ofb_export.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool('tools/ofb_export.py')
     search_path = osp.join(ROOT, 'configs/ofb', f'{name}_search_in1k.py')
     cfg = Config.fromfile(search_path)
     cfg.model.head.num_classes = 10  # spare the 1000-way head; the rest as configured

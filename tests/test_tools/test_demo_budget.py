@@ -1,20 +1,16 @@
 """tools/demo.py with budgets: the demo's targets, the magnitude retraining configs, the one-line
 progress display of a running step."""
-import importlib.util
 import os.path as osp
 
 import pytest
 import torch
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 def _demo():
-    spec = importlib.util.spec_from_file_location('mmdcs_tool_demo',
-                                                  osp.join(ROOT, 'tools', 'demo.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('tools/demo.py')
 
 
 def test_demo_searches_aim_at_budgets_that_the_networks_can_meet():

@@ -13,6 +13,8 @@ pytest.importorskip('onnx')
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
 
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
+
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 ENV = dict(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
 
@@ -28,6 +30,7 @@ model = dict(
 HIST_NECK = '''import torch
 import torch.nn as nn
 from mmpretrain.registry import MODELS
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 
 @MODELS.register_module()
@@ -160,12 +163,7 @@ def test_ssdlite_pruned_backbone_onnx_map_equals_pytorch(tiny_digits, tmp_path, 
 
 
 def _tool(name):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        f'mmdcs_tool_{name}', osp.join(ROOT, 'tools', 'deployment', f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(f'tools/deployment/{name}.py')
 
 
 def test_benchmark_onnx_interleaves_and_reports_the_graph_flops_ratio(tmp_path, capsys):

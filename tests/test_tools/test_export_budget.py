@@ -1,7 +1,6 @@
 """tools/export_subnet.py to a budget (method.md §11): --target-flops / --target-params from the
 searched α, and --method magnitude from a plain baseline checkpoint; the built pruned
 classifier measures the target with tools/analysis/complexity.py."""
-import importlib.util
 import json
 import os.path as osp
 
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 from mmdcs.selection import SubnetSpec
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -22,11 +22,7 @@ model = dict(
 
 
 def _load_tool(rel):
-    spec = importlib.util.spec_from_file_location(
-        'mmdcs_tool_' + rel.replace('/', '_')[:-3], osp.join(ROOT, rel))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(rel)
 
 
 @pytest.fixture(scope='module')

@@ -1,7 +1,6 @@
 """tools/export_subnet.py: a supernet classifier with random gates → subnet.json + pruned.pth,
 from which the pruned classifier is rebuilt and reproduces the supernet; and its errors."""
 import copy
-import importlib.util
 import json
 import os.path as osp
 import re
@@ -11,6 +10,7 @@ import torch
 
 from mmdcs.selection import SubnetSpec, apply_subnet_, file_sha256, selector_layout
 from mmdcs.utils.checkpoint import load_checkpoint_file
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -59,11 +59,7 @@ def supernet(tmp_path_factory):
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location(
-        'mmdcs_tool_export_subnet', osp.join(ROOT, 'tools', 'export_subnet.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('tools/export_subnet.py')
 
 
 def test_export_rebuild_and_equal_logits(supernet, run_tool):

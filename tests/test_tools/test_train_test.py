@@ -4,6 +4,7 @@ import json
 import os.path as osp
 
 import pytest
+from _tools import ROOT, load_tool  # noqa: E402 (tests/ is on sys.path)
 
 
 CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -112,16 +113,11 @@ def test_missing_task_package_is_named(tmp_path, run_tool):
 def test_test_py_evaluates_the_checkpoint_given_whatever_load_from_says(tmp_path, capsys):
     """--cfg-options load_from=... (e.g. reused from a fine-tuning run) must not replace the
     CHECKPOINT argument of tools/test.py."""
-    import importlib.util
     from mmdcs.apis.launch import load_config
-    root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-    spec = importlib.util.spec_from_file_location('mmdcs_tool_test',
-                                                  osp.join(root, 'tools', 'test.py'))
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool('tools/test.py')
     ckpt = tmp_path / 'epoch_4.pth'
     ckpt.write_bytes(b'')
-    cfg_path = osp.join(root, CFG)
+    cfg_path = osp.join(ROOT, CFG)
     args = tool.parse_args([cfg_path, str(ckpt), '--work-dir', str(tmp_path), '--cfg-options',
                             'load_from=work_dirs/export/compact.pth'])
     cfg = tool.merge_args(load_config(cfg_path), args, 'mmpretrain')
