@@ -30,7 +30,6 @@ model = dict(
 HIST_NECK = '''import torch
 import torch.nn as nn
 from mmpretrain.registry import MODELS
-from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 
 @MODELS.register_module()
