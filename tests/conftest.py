@@ -60,3 +60,19 @@ def _forget_mmengine_loggers():
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
             handler.close()
+
+
+@pytest.fixture(autouse=True)
+def _restore_default_scope():
+    """A test that builds a runner (or calls register_all_modules) leaves an mmengine
+    DefaultScope current, which sends a later test's unprefixed builds to that scope's registry:
+    whether such a test passes would depend on which tests ran before it in its xdist worker.
+    Put the scopes back as they were before each test."""
+    registry = sys.modules.get('mmengine.registry')
+    saved = dict(registry.DefaultScope._instance_dict) if registry else {}
+    yield
+    registry = sys.modules.get('mmengine.registry')
+    if registry is not None:
+        instances = registry.DefaultScope._instance_dict
+        instances.clear()
+        instances.update(saved)
