@@ -1,4 +1,4 @@
-"""Batches for the mmseg train steps of several test modules (``tests/`` is on ``sys.path``:
+"""Batches for the mmpretrain / mmseg train steps of several test modules (``tests/`` is on ``sys.path``:
 the directory of the root ``conftest.py``)."""
 import torch
 
@@ -17,3 +17,13 @@ def seg_batch(batch_size=2, size=64):
         sample.gt_sem_seg = PixelData(data=torch.randint(0, 150, (1, size, size), generator=g))
         samples.append(sample)
     return dict(inputs=inputs, data_samples=samples)
+
+
+def cls_batch(g, n=4, size=16, num_classes=10):
+    """``n`` uint8 images from the generator ``g`` with labels 0, 1, ... (mod ``num_classes``),
+    as mmpretrain's data loader gives them."""
+    from mmpretrain.structures import DataSample
+    imgs = [torch.randint(0, 255, (3, size, size), generator=g, dtype=torch.uint8)
+            for _ in range(n)]
+    return dict(inputs=imgs,
+                data_samples=[DataSample().set_gt_label(i % num_classes) for i in range(n)])

@@ -78,6 +78,13 @@ __all__ = [
 ]
 
 
+def _float_features(features: Tensor, dim: int) -> Tensor:
+    """The features (B, dim) checked and in float32 at least (float64 stays float64)."""
+    check_matrix(features, 'features', dim)
+    dtype = features.dtype if features.dtype in (torch.float32, torch.float64) else torch.float32
+    return features.to(dtype)
+
+
 def _check_gamma(gamma) -> float:
     if isinstance(gamma, bool) or not isinstance(gamma, Real) or not math.isfinite(gamma) \
             or not 0 < gamma <= 1:
@@ -339,13 +346,10 @@ class KCRState(TensorState):
 
     def per_sample(self, features: Tensor) -> Tensor:
         """‖(I − V_r V_rᵀ) F_i‖² (B,), differentiable; zeros before the first refresh."""
-        check_matrix(features, 'features', self.dim)
-        dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
-            else torch.float32
-        f = features.to(dtype)
+        f = _float_features(features, self.dim)
         if not self.ready:
             return f.new_zeros(f.shape[0])
-        v = self.basis.to(device=f.device, dtype=dtype)
+        v = self.basis.to(f)
         resid = f - (f @ v) @ v.t()
         return resid.pow(2).sum(1)
 
@@ -494,15 +498,12 @@ class NystromKCR(TensorState):
     def per_sample(self, features: Tensor) -> Tensor:
         """t_i = ‖F_i‖² − Σ_s [U_r]_is ⟨F_i, G_s⟩ (B,), with [U_r]_i = F_i P, differentiable
         in F_i through both factors (gradient 2(I − P_r)F_i for m = n; see the module doc)."""
-        check_matrix(features, 'features', self.dim)
-        dtype = features.dtype if features.dtype in (torch.float32, torch.float64) \
-            else torch.float32
-        f = features.to(dtype)
+        f = _float_features(features, self.dim)
         if not self.ready:
             return f.new_zeros(f.shape[0])
         r = int(self.rank)
-        ext = self.extension[:, :r].to(device=f.device, dtype=dtype)
-        g = self.g[:, :r].to(device=f.device, dtype=dtype)
+        ext = self.extension[:, :r].to(f)
+        g = self.g[:, :r].to(f)
         u_rows = f @ ext  # differentiated too: the row of U_r is a function of F_i
         return f.pow(2).sum(1) - (u_rows * (f @ g)).sum(1)
 

@@ -9,6 +9,7 @@ from mmengine.registry import DefaultScope
 from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.registry import MODELS
 from mmdcs.selection import BudgetError
+from _mm_batches import cls_batch  # noqa: E402 (tests/ is on sys.path)
 
 
 def _classifier(target, img_size=16, **kw):
@@ -21,13 +22,6 @@ def _classifier(target, img_size=16, **kw):
                cost=dict(target=target, **kw))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MODELS.build(cfg)
-
-
-def _batch(g, n=4, size=16):
-    from mmpretrain.structures import DataSample
-    imgs = [torch.randint(0, 255, (3, size, size), generator=g, dtype=torch.uint8)
-            for _ in range(n)]
-    return dict(inputs=imgs, data_samples=[DataSample().set_gt_label(i % 10) for i in range(n)])
 
 
 def test_search_with_a_flops_target_ends_within_2_percent():
@@ -55,8 +49,8 @@ def test_search_with_a_flops_target_ends_within_2_percent():
     g = torch.Generator().manual_seed(0)
     first = None
     for _ in range(150):
-        loop.train_step(_batch(g), 'weight')
-        out = loop.train_step(_batch(g), 'arch')
+        loop.train_step(cls_batch(g), 'weight')
+        out = loop.train_step(cls_batch(g), 'arch')
         first = first or out
     assert float(first['arch_cost_ratio_kept']) > 1.0  # all open, plus Linear_θ
     assert {'arch_loss_budget', 'arch_cost_ratio', 'arch_cost_mu'} <= set(out)

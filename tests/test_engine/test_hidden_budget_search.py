@@ -12,6 +12,7 @@ from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.registry import MODELS
 from mmdcs.selection import hidden_selectors
 from mmdcs.selection.budget import alpha_scores, budget_subnet
+from _mm_batches import cls_batch  # noqa: E402 (tests/ is on sys.path)
 
 
 def _classifier(target, **backbone):
@@ -24,13 +25,6 @@ def _classifier(target, **backbone):
                cost=dict(target=target))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         return MODELS.build(cfg)
-
-
-def _batch(g, n=4, size=16):
-    from mmpretrain.structures import DataSample
-    imgs = [torch.randint(0, 255, (3, size, size), generator=g, dtype=torch.uint8)
-            for _ in range(n)]
-    return dict(inputs=imgs, data_samples=[DataSample().set_gt_label(i % 10) for i in range(n)])
 
 
 def test_calibrated_count_is_bilinear_and_exact():
@@ -67,8 +61,8 @@ def test_search_with_hidden_gates_meets_the_flops_target():
     model.train()
     g = torch.Generator().manual_seed(0)
     for _ in range(150):
-        loop.train_step(_batch(g), 'weight')
-        loop.train_step(_batch(g), 'arch')
+        loop.train_step(cls_batch(g), 'weight')
+        loop.train_step(cls_batch(g), 'arch')
     lin = model._budget
     kept = {n: int((s.alpha > 0).sum()) for n, s in model._selectors.items()}
     hidden = {k: int((s.alpha > 0).sum()) for k, s in model._hidden_selectors.items()}
