@@ -23,6 +23,8 @@ breakdown (``torch.profiler``) to find where they part.
   compresses, to time it against.
 """
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import statistics
 import time
@@ -33,8 +35,8 @@ import torch.nn as nn
 
 from mmdcs.selection import SubnetSpec
 from .complexity import (PAPER_VARIANT, TABLE_MODELS, _takes_mode, backbone_class,
-                         build_backbone, count_flops, default_input_size, flops_budget_subnet,
-                         random_subnet)
+                         build_backbone, count_flops, default_input_size, flop_analysis,
+                         flops_budget_subnet, random_subnet)
 
 Size = Tuple[int, int]
 
@@ -42,6 +44,39 @@ Size = Tuple[int, int]
 LATENCY_MODELS = TABLE_MODELS
 #: |latency ratio − FLOPs ratio| allowed
 DEFAULT_TOLERANCE = 0.05
+
+#: glibc ``mallopt`` parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+#: what :func:`keep_freed_memory` did to the allocator of this process (see environment_note)
+_ALLOCATOR = {'state': 'system default'}
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc keep the memory a forward frees, for the next forward to reuse.
+
+    By default glibc serves every block above its mmap threshold (≤ 32 MiB) with a fresh
+    ``mmap`` and gives it back on free, so each large activation of each forward is zero-filled
+    page by page again by the kernel: on the 2-core development machine a SiLU over a 64 MiB
+    tensor took 34 ms with a new output and 11 ms into an existing one, and MobileViT-XS at batch
+    16 ran at 96 ms/img against 44 at batch 1. That charges a network per byte of activation
+    above a size, not per operation, and favours whichever model has smaller activations (the
+    pruned one). Allocators meant for inference (jemalloc, tcmalloc, PyTorch's CUDA caching
+    allocator) keep freed memory; this does the same with glibc: ``mallopt(M_MMAP_MAX, 0)``
+    (large blocks come from the heap) and ``mallopt(M_TRIM_THRESHOLD, 2**31 - 1)`` (the heap is
+    not shrunk). Process-wide and for the rest of the process. Returns False (and changes
+    nothing) where the C library is not glibc."""
+    name = ctypes.util.find_library('c')
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # glibc only
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    ok = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+    if ok:
+        _ALLOCATOR['state'] = 'glibc keeping freed memory (mallopt: no mmap, no trim)'
+    return ok
 
 
 @contextlib.contextmanager
@@ -176,6 +211,159 @@ def profile_ops(models: Union[nn.Module, Dict[str, nn.Module]], inputs: torch.Te
         rows.append(dict(op='[total]', calls=0., self_ms=total, share=1.))
         out[name] = rows
     return out['model'] if single else out
+
+
+#: the parts of :func:`module_scaling`
+SCALING_PARTS = ('narrowed', 'unchanged', 'added', 'outside modules')
+
+
+def _leaves(model: nn.Module) -> Dict[str, nn.Module]:
+    return {n: m for n, m in model.named_modules() if n and not any(True for _ in m.children())}
+
+
+def _numel(out) -> int:
+    if isinstance(out, torch.Tensor):
+        return out.numel()
+    if isinstance(out, (tuple, list)):
+        return sum(_numel(o) for o in out)
+    return 0
+
+
+@torch.inference_mode()
+def module_scaling(base: nn.Module, sub: nn.Module, inputs: torch.Tensor, rounds: int = 5,
+                   threads: Optional[int] = None) -> dict:
+    """Where the latency ratio parts from the FLOPs ratio, module by module.
+
+    Every leaf module of both models is timed with forward hooks (``rounds`` interleaved forward
+    passes after one warm-up, median per module; the hooks add a few µs per module to both
+    models alike) and counted (:func:`~mmdcs.analysis.complexity.flop_analysis`, batch 1).
+    The baseline's leaves fall into three parts by what the subnet did to them, matched by name:
+    **narrowed** (fewer FLOPs in the subnet, or for a parameter-free leaf such as an activation
+    or a norm without FLOPs, a smaller output), **unchanged**, and — the subnet's own —
+    **added** (e.g. DCS's Linear_θ and gates); **outside modules** is the time of the forward
+    pass not spent in any leaf (functional code: attention products, reshapes, window shifts,
+    residual additions, the gather/scatter of a pruned MLP).
+
+    ``expected_ratio`` is the latency ratio the subnet would have if every narrowed leaf took
+    its baseline time × its own FLOPs ratio (output-size ratio for parameter-free leaves),
+    every other part kept its baseline time and the added leaves their measured time: the
+    ratio that the FLOPs can buy on this device given where the baseline spends its time. The
+    measured ratio above it is time the narrowed operators lose (narrow kernels, per-call
+    overhead, gather/scatter); the expected ratio above the FLOPs ratio is time spent where the
+    FLOPs are few (memory-bound and per-call costs of the parts the method does not prune).
+
+    Returns dict(parts=[dict(part, base_ms, sub_ms, base_mflops, sub_mflops)],
+    base_ms, sub_ms (the hooked forward passes), measured_ratio, expected_ratio, flops_ratio,
+    narrowed_time_share, narrowed_flops_share (of the baseline)).
+    """
+    x1 = inputs[:1]
+    models = {'base': base.eval(), 'sub': sub.eval()}
+    leaves = {k: _leaves(m) for k, m in models.items()}
+    flops, times, sizes = {}, {}, {}
+    for k, m in models.items():
+        fa = flop_analysis(m, inputs=x1)
+        by_module = fa.by_module()
+        flops[k] = {n: by_module.get(n, 0) for n in leaves[k]}
+        flops[k]['[total]'] = fa.total()
+    records: Dict[str, Dict[str, List[float]]] = {k: {} for k in models}
+    handles = []
+    for k, ls in leaves.items():
+        sizes[k] = {}
+        for n, leaf in ls.items():
+            def pre(mod, args, _n=n, _k=k):
+                mod.__dict__['_mmdcs_t0'] = time.perf_counter()
+
+            def post(mod, args, out, _n=n, _k=k):
+                t = time.perf_counter() - mod.__dict__.pop('_mmdcs_t0')
+                records[_k].setdefault(_n, [0.])[-1] += t
+                sizes[_k][_n] = _numel(out)
+            handles += [leaf.register_forward_pre_hook(pre), leaf.register_forward_hook(post)]
+    fns = {k: _forward_fn(m) for k, m in models.items()}
+    totals: Dict[str, List[float]] = {k: [] for k in models}
+    try:
+        with num_threads(threads):
+            for fn in fns.values():
+                fn(inputs)
+            for k in models:
+                records[k].clear()
+            for r in range(max(1, rounds)):
+                for k, fn in (list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]):
+                    for v in records[k].values():
+                        v.append(0.)
+                    t0 = time.perf_counter()
+                    fn(inputs)
+                    totals[k].append(time.perf_counter() - t0)
+    finally:
+        for h in handles:
+            h.remove()
+    med = {k: {n: statistics.median(v[-rounds:]) * 1e3 for n, v in rec.items()}
+           for k, rec in records.items()}
+    total = {k: statistics.median(v) * 1e3 for k, v in totals.items()}
+    parts = {p: dict(part=p, base_ms=0., sub_ms=0., base_mflops=0., sub_mflops=0.)
+             for p in SCALING_PARTS}
+    expected = 0.
+    for n in leaves['base']:
+        tb, ts = med['base'].get(n, 0.), med['sub'].get(n, 0.)
+        fb, fs = flops['base'][n], flops['sub'].get(n, 0)
+        if fb > 0:
+            scale, narrowed = fs / fb, fs < fb
+        else:
+            nb, ns = sizes['base'].get(n, 0), sizes['sub'].get(n, 0)
+            scale = ns / nb if nb else 1.
+            narrowed = ns < nb
+        part = parts['narrowed' if narrowed else 'unchanged']
+        expected += tb * scale if narrowed else tb
+        part['base_ms'] += tb
+        part['sub_ms'] += ts
+        part['base_mflops'] += fb / 1e6
+        part['sub_mflops'] += fs / 1e6
+    for n in leaves['sub']:
+        if n not in leaves['base']:
+            parts['added']['sub_ms'] += med['sub'].get(n, 0.)
+            parts['added']['sub_mflops'] += flops['sub'][n] / 1e6
+            expected += med['sub'].get(n, 0.)
+    outside = parts['outside modules']
+    outside['base_ms'] = total['base'] - sum(med['base'].values())
+    outside['sub_ms'] = total['sub'] - sum(med['sub'].values())
+    outside['base_mflops'] = (flops['base']['[total]'] / 1e6 - sum(
+        p['base_mflops'] for p in parts.values()))
+    outside['sub_mflops'] = (flops['sub']['[total]'] / 1e6 - sum(
+        p['sub_mflops'] for k, p in parts.items() if k != 'outside modules'))
+    expected += outside['base_ms']
+    nar = parts['narrowed']
+    return dict(parts=list(parts.values()), base_ms=total['base'], sub_ms=total['sub'],
+                measured_ratio=total['sub'] / total['base'],
+                expected_ratio=expected / total['base'],
+                flops_ratio=flops['sub']['[total]'] / flops['base']['[total]'],
+                narrowed_time_share=nar['base_ms'] / total['base'],
+                narrowed_flops_share=nar['base_mflops'] * 1e6 / flops['base']['[total]'])
+
+
+def format_module_scaling(report: dict, title: str = '') -> str:
+    """Markdown table of a :func:`module_scaling` report and its two ratios."""
+    lines = [title] if title else []
+    lines += ['| part | baseline ms | subnet ms | time ratio | baseline MFLOPs | subnet MFLOPs '
+              '| FLOPs ratio |', '|' + '---|' * 7]
+
+    def ratio(a, b):
+        return f'{a / b:.3f}' if b else '—'
+    for p in report['parts'] + [dict(part='total', base_ms=report['base_ms'],
+                                     sub_ms=report['sub_ms'], base_mflops=float('nan'),
+                                     sub_mflops=float('nan'))]:
+        if p['part'] == 'total':
+            fl = ('', '', f'{report["flops_ratio"]:.3f}')
+        else:
+            fl = (f'{p["base_mflops"]:.1f}', f'{p["sub_mflops"]:.1f}',
+                  ratio(p['sub_mflops'], p['base_mflops']))
+        lines.append(f'| {p["part"]} | {p["base_ms"]:.2f} | {p["sub_ms"]:.2f} | '
+                     f'{ratio(p["sub_ms"], p["base_ms"])} | {fl[0]} | {fl[1]} | {fl[2]} |')
+    lines.append(
+        f'narrowed modules: {report["narrowed_time_share"]:.1%} of the baseline\'s time, '
+        f'{report["narrowed_flops_share"]:.1%} of its FLOPs. Latency ratio measured (hooked) '
+        f'{report["measured_ratio"]:.3f}; expected if every narrowed module ran at its FLOPs '
+        f'ratio and nothing else changed {report["expected_ratio"]:.3f}; FLOPs ratio '
+        f'{report["flops_ratio"]:.3f}.')
+    return '\n'.join(lines)
 
 
 #: operator groups of :func:`op_groups` (substring match on the aten op name, first match wins)
@@ -419,6 +607,7 @@ def environment_note() -> str:
     """Torch version, threads and CPU count (printed under a table)."""
     cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'
     return (f'torch {torch.__version__}, {os.cpu_count()} CPUs visible, CUDA: {cuda}; '
+            f'allocator: {_ALLOCATOR["state"]}; '
             'ms/img and latency ratio: median of interleaved rounds after warm-up ("of min": '
             'ratio of the fastest rounds); FLOPs = multiply-accumulates '
             '(mmengine.analysis, attention products included), batch 1.')

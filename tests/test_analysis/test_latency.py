@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from mmdcs.analysis.complexity import random_subnet
-from mmdcs.analysis.latency import (build_pair, format_latency_table, format_op_groups,
-                                    latency_pair, num_threads, op_groups, profile_ops,
+from mmdcs.analysis.latency import (SCALING_PARTS, build_pair, format_latency_table,
+                                    format_module_scaling, format_op_groups, latency_pair,
+                                    module_scaling, num_threads, op_groups, profile_ops,
                                     time_models)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -104,11 +105,18 @@ def test_cli_help_and_subnet_file(tmp_path, capsys):
     proc = subprocess.run(
         [sys.executable, 'tools/analysis/latency.py', '--subnet', path, '--size', '32',
          '--batch-sizes', '1', '--warmup', '1', '--repeats', '2', '--devices', 'cpu',
-         '--json', out_json], cwd=ROOT, capture_output=True, text=True, timeout=300)
+         '--json', out_json, '--modules'], cwd=ROOT, capture_output=True, text=True,
+        timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert 'latency ratio' in proc.stdout and 'FLOPs ratio' in proc.stdout
-    rows = json.load(open(out_json))['rows']
+    # a separate process: the tool sets glibc to keep freed memory and says so under the table
+    if sys.platform.startswith('linux'):
+        assert 'allocator: glibc keeping freed memory' in proc.stdout
+    assert 'deit-tiny: time by module' in proc.stdout and '| narrowed |' in proc.stdout
+    out = json.load(open(out_json))
+    rows = out['rows']
     assert len(rows) == 1 and rows[0]['model'] == 'deit-tiny' and rows[0]['flops_ratio'] < 1
+    assert out['profiles']['deit-tiny']['modules']['expected_ratio'] > 0
 
 
 def test_cli_bad_input(capsys):
@@ -123,9 +131,10 @@ def test_cli_peer_method_config_against_the_plain_backbone(tmp_path, capsys):
     """A DynamicViT config is timed against the plain ViT of its arch (no teacher needed)."""
     tool = _tool()
     out_json = str(tmp_path / 'rows.json')
+    # --system-malloc: this test runs in the test process, whose allocator stays as it is
     rows = tool.main(['--config', osp.join(ROOT, 'configs/demo/dynamicvit-deit-tiny_digits.py'),
                       '--batch-sizes', '1', '--warmup', '1', '--repeats', '2', '--devices',
-                      'cpu', '--json', out_json])
+                      'cpu', '--json', out_json, '--system-malloc'])
     assert len(rows) == 1
     r = rows[0]
     assert r['model'] == 'deit-tiny' and r['variant'] == 'DynamicViT' and r['input'] == '64x64'
@@ -138,3 +147,47 @@ def test_cli_peer_method_config_against_the_plain_backbone(tmp_path, capsys):
                    '--subnet', str(tmp_path / 'subnet.json'), '--repeats', '1'])
     assert e.value.code == 2
     assert '--subnet is for DCS/KCR backbones' in capsys.readouterr().err
+
+
+def _part(report, name):
+    return next(p for p in report['parts'] if p['part'] == name)
+
+
+def test_module_scaling_parts_add_up(tiny_pair):
+    """KCR prunes the MLPs: their linears and activations are the narrowed part (FLOPs as the
+    subnet's), attention and norms are unchanged, the attention products are outside the leaf
+    modules, nothing is added; the parts add up to the totals."""
+    base, sub, _ = tiny_pair
+    x = torch.randn(1, 3, 32, 32)
+    rep = module_scaling(base, sub, x, rounds=2, threads=1)
+    assert [p['part'] for p in rep['parts']] == list(SCALING_PARTS)
+    nar, unc = _part(rep, 'narrowed'), _part(rep, 'unchanged')
+    added, out = _part(rep, 'added'), _part(rep, 'outside modules')
+    assert 0 < nar['sub_mflops'] < nar['base_mflops']
+    assert unc['sub_mflops'] == pytest.approx(unc['base_mflops']) and unc['base_mflops'] > 0
+    assert added['sub_ms'] == 0 and added['sub_mflops'] == 0
+    assert out['base_mflops'] > 0  # the attention products, counted in the attention module
+    for k in ('base', 'sub'):
+        assert sum(p[f'{k}_ms'] for p in rep['parts']) == pytest.approx(rep[f'{k}_ms'])
+    total_flops = sum(p['base_mflops'] for p in rep['parts']) * 1e6
+    assert rep['flops_ratio'] == pytest.approx(
+        sum(p['sub_mflops'] for p in rep['parts']) * 1e6 / total_flops)
+    assert rep['narrowed_flops_share'] == pytest.approx(nar['base_mflops'] * 1e6 / total_flops)
+    assert 0 < rep['narrowed_time_share'] < 1
+    # the expected ratio: narrowed time scaled by the FLOPs, the rest as measured in the baseline
+    assert rep['expected_ratio'] < 1
+    text = format_module_scaling(rep, 'title')
+    assert text.startswith('title') and '| outside modules |' in text and 'expected' in text
+
+
+def test_module_scaling_counts_what_dcs_adds():
+    """A DCS subnet keeps Linear_θ and the Q/K gates: they are the added part, with the FLOPs
+    of Linear_θ."""
+    torch.manual_seed(0)
+    base, sub, _ = build_pair('deit-tiny', 0.5, 'dcs', input_size=32, seed=0)
+    rep = module_scaling(base, sub, torch.randn(2, 3, 32, 32), rounds=1)
+    added = _part(rep, 'added')
+    assert added['base_ms'] == 0 and added['sub_ms'] > 0
+    # Linear_θ: one D × D layer per block on every token (DeiT-Tiny at 32 px: 4 patches + cls)
+    d, depth, tokens = 192, 12, 5
+    assert added['sub_mflops'] * 1e6 == pytest.approx(depth * tokens * d * d, rel=0.01)

@@ -94,8 +94,17 @@ def parse_args(argv=None):
     p.add_argument('--tolerance', type=float, default=0.05,
                    help='allowed |latency ratio - FLOPs ratio| (default 0.05)')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--system-malloc', action='store_true',
+                   help="leave glibc's allocator as it is (default: it keeps freed memory for "
+                        'reuse, so large activations are not page-faulted in again on every '
+                        'forward; mmdcs.analysis.latency.keep_freed_memory)')
     p.add_argument('--profile', action='store_true',
                    help='also print the top CPU operators of both models (torch.profiler)')
+    p.add_argument('--modules', action='store_true',
+                   help='also time every leaf module of both models (forward hooks) and print '
+                        'the narrowed / unchanged / added / outside-module parts beside their '
+                        'FLOPs, with the latency ratio expected if the narrowed modules ran at '
+                        'their FLOPs ratio (mmdcs.analysis.latency.module_scaling)')
     p.add_argument('--profile-top', type=int, default=12, help='operators printed per model')
     p.add_argument('--profile-rounds', type=int, default=3,
                    help='interleaved profiling sessions (median per operator)')
@@ -172,8 +181,10 @@ def run(args):
     import torch
     from mmdcs.analysis.complexity import TABLE_MODELS, backbone_class
     from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,
-                                        format_op_groups, format_profile, is_peer_backbone,
-                                        latency_pair, op_groups, profile_ops)
+                                        format_module_scaling, format_op_groups,
+                                        format_profile, is_peer_backbone, latency_pair,
+                                        module_scaling, op_groups, profile_ops)
+    from mmdcs.analysis.latency import keep_freed_memory
     from mmdcs.selection import SubnetError, SubnetSpec
     common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
                   warmup=args.warmup, repeats=args.repeats, number=args.number,
@@ -217,6 +228,8 @@ def run(args):
                 return b, s, _size(args.size, m)
             jobs.append((m, from_ratio))
 
+    if not args.system_malloc:
+        keep_freed_memory()
     rows, profiles = [], {}
     t_all = time.perf_counter()
     for arch, make in jobs:
@@ -246,6 +259,16 @@ def run(args):
                                      f'of {args.profile_rounds} interleaved rounds)'))
             print(f'\n{arch}: CPU self time by op group (ms per forward)')
             print(format_op_groups(groups))
+            print()
+        if args.modules:
+            x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
+            report = module_scaling(base.cpu(), sub.cpu(), x, rounds=args.repeats,
+                                    threads=args.threads)
+            profiles.setdefault(arch, {})['modules'] = report
+            print(format_module_scaling(
+                report, f'\n{arch}: time by module (batch {args.batch_sizes[0]}, '
+                        f'{args.threads} thread(s), forward hooks, median of {args.repeats} '
+                        'interleaved passes)'))
             print()
         print(f'({arch}: {time.perf_counter() - t0:.0f} s)', flush=True)
     text = format_latency_table(rows)
