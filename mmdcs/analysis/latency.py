@@ -457,8 +457,8 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                subnet: Union[None, str, dict, SubnetSpec] = None,
                input_size: Union[None, int, Sequence[int]] = None, seed: int = 0,
                multiple_of: int = 1, target_flops: Optional[float] = None,
-               select_hidden: bool = False,
-               prune_channels: bool = True) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
+               select_hidden: bool = False, prune_channels: bool = True,
+               theta_rank: Optional[int] = None) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
     """(baseline backbone, pruned subnet backbone, its spec), eval mode, random weights.
 
     With ``target_flops`` the subnet is instead the one at that FLOPs budget (one kept ratio for
@@ -470,7 +470,7 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     the family, :data:`~mmdcs.analysis.complexity.PAPER_VARIANT`), every D̃ rounded up to a
     multiple of ``multiple_of`` (:func:`mmdcs.selection.export_subnet`). Weights are random
     (timing does not depend on them); both are built at ``input_size`` (ViT: position-embedding
-    grid).
+    grid). ``theta_rank``: the random subnet's Linear_θ at that rank (DCS; recorded in the spec).
     """
     cls = backbone_class(arch)
     size = _size(input_size, arch)
@@ -483,6 +483,8 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
             raise ValueError(f'ratio must be in (0, 1], got {ratio}')
         variant = variant or PAPER_VARIANT[cls.family]
         kwargs = cls.size_kwargs(size)
+        if theta_rank is not None:
+            kwargs['theta_rank'] = theta_rank
         if target_flops is not None:
             spec = flops_budget_subnet(cls, arch, variant, target_flops, select_hidden,
                                        prune_channels, seed, multiple_of, **kwargs)

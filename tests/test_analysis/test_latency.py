@@ -191,3 +191,19 @@ def test_module_scaling_counts_what_dcs_adds():
     # Linear_θ: one D × D layer per block on every token (DeiT-Tiny at 32 px: 4 patches + cls)
     d, depth, tokens = 192, 12, 5
     assert added['sub_mflops'] * 1e6 == pytest.approx(depth * tokens * d * d, rel=0.01)
+
+
+def test_build_pair_low_rank_theta(capsys):
+    """--theta-rank: the random DCS subnet's Linear_θ is D→r→D, recorded in its spec; the
+    budget subnet keeps more channels for the same FLOPs than at full rank."""
+    full = build_pair('deit-tiny', variant='dcs', input_size=32, target_flops=0.8,
+                      select_hidden=True, multiple_of=8)
+    low = build_pair('deit-tiny', variant='dcs', input_size=32, target_flops=0.8,
+                     select_hidden=True, multiple_of=8, theta_rank=4)
+    assert low[2].meta['theta_rank'] == 4 and 'theta_rank' not in full[2].meta
+    selector = low[1].blocks[0].attn.qk_select
+    assert selector.theta_down.out_features == 4 and full[1].blocks[0].attn.qk_select.theta_down is None
+    assert low[2].meta['keep_ratio'] > full[2].meta['keep_ratio']
+    with pytest.raises(SystemExit) as e:
+        _tool().main(['--theta-rank', '0', '--models', 'deit-tiny'])
+    assert e.value.code == 2 and '--theta-rank' in capsys.readouterr().err

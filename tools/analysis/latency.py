@@ -75,6 +75,9 @@ def parse_args(argv=None):
     p.add_argument('--variant', default=None,
                    help='variant of the random subnets (default: the paper\'s per family: kcr '
                    'for vit/swin, dcs for mobilevit/efficientvit)')
+    p.add_argument('--theta-rank', type=int, default=None, metavar='R',
+                   help='DCS random subnets: Linear_θ at rank R (D→R→D; default full rank, the '
+                        'paper)')
     p.add_argument('--subnet', help='an exported subnet.json (its arch replaces --models)')
     p.add_argument('--config', help='time the backbone of this config (a pruned subnet, or with '
                    '--subnet) against the same backbone as a baseline')
@@ -128,6 +131,9 @@ def parse_args(argv=None):
         p.error('--threads, --repeats and --number must be >= 1, --warmup >= 0')
     if any(b < 1 for b in args.batch_sizes):
         p.error('--batch-sizes must be >= 1')
+    if args.theta_rank is not None and (args.theta_rank < 1 or args.config or args.subnet):
+        p.error('--theta-rank must be >= 1 and goes with random subnets (--models), not '
+                '--config / --subnet (their subnet records its rank)')
     if args.config and args.models:
         p.error('give --config or --models, not both')
     if args.subnet and args.models:
@@ -222,7 +228,8 @@ def run(args):
                 try:
                     b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
                                          args.seed, args.multiple_of, args.target_flops,
-                                         args.select_hidden, not args.hidden_only)
+                                         args.select_hidden, not args.hidden_only,
+                                         args.theta_rank)
                 except (KeyError, ValueError) as e:
                     raise UserError(f'{m}: {e}') from e
                 return b, s, _size(args.size, m)
