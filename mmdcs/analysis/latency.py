@@ -32,8 +32,9 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Un
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from mmdcs.selection import SubnetSpec
+from mmdcs.selection import DCSAttention, SubnetSpec
 from .complexity import (PAPER_VARIANT, TABLE_MODELS, _takes_mode, backbone_class,
                          build_backbone, count_flops, default_input_size, flop_analysis,
                          flops_budget_subnet, random_subnet)
@@ -211,6 +212,84 @@ def profile_ops(models: Union[nn.Module, Dict[str, nn.Module]], inputs: torch.Te
         rows.append(dict(op='[total]', calls=0., self_ms=total, share=1.))
         out[name] = rows
     return out['model'] if single else out
+
+
+@torch.inference_mode()
+def theta_fusion_timing(model: nn.Module, inputs: torch.Tensor, rounds: int = 7,
+                        number: int = 20, threads: Optional[int] = None) -> List[dict]:
+    """Would computing Linear_θ in the same matmul as qkv pay? (a DCS model's attention).
+
+    For every :class:`~mmdcs.selection.DCSAttention` with a full-rank Linear_θ, the input it
+    sees in ``model(inputs)`` is captured, then timed (interleaved rounds of ``number`` calls,
+    median) as it runs now — ``F.linear`` with the qkv weight, then with θ's — and as one
+    ``F.linear`` with both weights stacked (the fused form, split afterwards).
+
+    Returns one dict per attention: name, tokens, in_dim, out_qkv, out_theta, separate_us,
+    fused_us, saving (1 − fused/separate).
+    """
+    captured = {}
+    handles = []
+
+    def capture(mod, args, name):
+        captured.setdefault(name, (mod, args[0].clone()))  # returns None: the input is kept
+
+    for name, m in model.named_modules():
+        sel = getattr(m, 'qk_select', None)
+        if (isinstance(m, DCSAttention) and sel is not None
+                and getattr(sel, 'theta_down', None) is None):
+            handles.append(m.register_forward_pre_hook(
+                lambda mod, args, _n=name: capture(mod, args, _n)))
+    try:
+        _forward_fn(model.eval())(inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    rows = []
+    with num_threads(threads):
+        for name, (m, x) in captured.items():
+            x = x.reshape(-1, x.shape[-1])
+            wq, bq = m.qkv.weight, m.qkv.bias
+            wt, bt = m.qk_select.theta.weight, m.qk_select.theta.bias
+            wf = torch.cat([wq, wt])
+            bf = None if bq is None else torch.cat([bq, bt])
+            split = [wq.shape[0], wt.shape[0]]
+
+            def separate():
+                return F.linear(x, wq, bq), F.linear(x, wt, bt)
+
+            def fused():
+                return F.linear(x, wf, bf).split(split, -1)
+            fns = {'separate': separate, 'fused': fused}
+            times: Dict[str, List[float]] = {k: [] for k in fns}
+            for fn in fns.values():
+                fn()
+            for r in range(max(1, rounds)):
+                for k, fn in (list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]):
+                    t0 = time.perf_counter()
+                    for _ in range(number):
+                        fn()
+                    times[k].append((time.perf_counter() - t0) / number * 1e6)
+            sep, fus = statistics.median(times['separate']), statistics.median(times['fused'])
+            rows.append(dict(name=name, tokens=x.shape[0], in_dim=x.shape[1],
+                             out_qkv=split[0], out_theta=split[1], separate_us=sep,
+                             fused_us=fus, saving=1 - fus / sep))
+    return rows
+
+
+def format_theta_fusion(rows: Sequence[dict], title: str = '') -> str:
+    """Markdown table of :func:`theta_fusion_timing` rows, with their total."""
+    lines = [title] if title else []
+    lines += ['| attention | tokens | in | qkv out | θ out | separate µs | fused µs | saving |',
+              '|' + '---|' * 8]
+    for r in rows:
+        lines.append(f'| {r["name"]} | {r["tokens"]} | {r["in_dim"]} | {r["out_qkv"]} | '
+                     f'{r["out_theta"]} | {r["separate_us"]:.1f} | {r["fused_us"]:.1f} | '
+                     f'{r["saving"]:+.1%} |')
+    if rows:
+        sep = sum(r['separate_us'] for r in rows)
+        fus = sum(r['fused_us'] for r in rows)
+        lines.append(f'| total | | | | | {sep:.1f} | {fus:.1f} | {1 - fus / sep:+.1%} |')
+    return '\n'.join(lines)
 
 
 #: the parts of :func:`module_scaling`

@@ -12,8 +12,8 @@ import torch
 from mmdcs.analysis.complexity import random_subnet
 from mmdcs.analysis.latency import (SCALING_PARTS, build_pair, format_latency_table,
                                     format_module_scaling, format_op_groups, latency_pair,
-                                    module_scaling, num_threads, op_groups, profile_ops,
-                                    time_models)
+                                    format_theta_fusion, module_scaling, num_threads,
+                                    op_groups, profile_ops, theta_fusion_timing, time_models)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -207,3 +207,21 @@ def test_build_pair_low_rank_theta(capsys):
     with pytest.raises(SystemExit) as e:
         _tool().main(['--theta-rank', '0', '--models', 'deit-tiny'])
     assert e.value.code == 2 and '--theta-rank' in capsys.readouterr().err
+
+
+def test_theta_fusion_timing_covers_every_full_rank_theta(tiny_pair):
+    """One row per DCS attention with a full-rank Linear_θ, at the shapes the model feeds it;
+    a KCR subnet (no Linear_θ) and a low-rank θ give none."""
+    torch.manual_seed(0)
+    _, dcs, _ = build_pair('deit-tiny', 0.5, 'dcs', input_size=32, seed=0)
+    x = torch.randn(2, 3, 32, 32)
+    rows = theta_fusion_timing(dcs, x, rounds=1, number=1, threads=1)
+    assert [r['name'] for r in rows] == [f'blocks.{i}.attn' for i in range(12)]
+    r = rows[0]
+    assert (r['tokens'], r['in_dim'], r['out_qkv'], r['out_theta']) == (2 * 5, 192, 576, 192)
+    assert r['separate_us'] > 0 and r['fused_us'] > 0
+    assert r['saving'] == pytest.approx(1 - r['fused_us'] / r['separate_us'])
+    assert '| total |' in format_theta_fusion(rows)
+    assert theta_fusion_timing(tiny_pair[1], x, rounds=1, number=1) == []
+    _, low, _ = build_pair('deit-tiny', 0.5, 'dcs', input_size=32, seed=0, theta_rank=4)
+    assert theta_fusion_timing(low, x, rounds=1, number=1) == []

@@ -108,6 +108,9 @@ def parse_args(argv=None):
                         'the narrowed / unchanged / added / outside-module parts beside their '
                         'FLOPs, with the latency ratio expected if the narrowed modules ran at '
                         'their FLOPs ratio (mmdcs.analysis.latency.module_scaling)')
+    p.add_argument('--theta-fusion', action='store_true',
+                   help='DCS subnets: also time each attention\'s qkv and Linear_θ matmuls as '
+                        'they run and fused into one matmul (does fusing them pay?)')
     p.add_argument('--profile-top', type=int, default=12, help='operators printed per model')
     p.add_argument('--profile-rounds', type=int, default=3,
                    help='interleaved profiling sessions (median per operator)')
@@ -189,7 +192,8 @@ def run(args):
     from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,
                                         format_module_scaling, format_op_groups,
                                         format_profile, is_peer_backbone, latency_pair,
-                                        module_scaling, op_groups, profile_ops)
+                                        format_theta_fusion, module_scaling, op_groups,
+                                        profile_ops, theta_fusion_timing)
     from mmdcs.analysis.latency import keep_freed_memory
     from mmdcs.selection import SubnetError, SubnetSpec
     common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
@@ -276,6 +280,15 @@ def run(args):
                 report, f'\n{arch}: time by module (batch {args.batch_sizes[0]}, '
                         f'{args.threads} thread(s), forward hooks, median of {args.repeats} '
                         'interleaved passes)'))
+            print()
+        if args.theta_fusion:
+            x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
+            fusion = theta_fusion_timing(sub.cpu(), x, rounds=args.repeats, threads=args.threads)
+            profiles.setdefault(arch, {})['theta_fusion'] = fusion
+            print(format_theta_fusion(
+                fusion, f'\n{arch}: qkv and Linear_θ, separate vs one fused matmul (batch '
+                        f'{args.batch_sizes[0]}, {args.threads} thread(s))') if fusion else
+                  f'\n{arch}: no attention with a full-rank Linear_θ to fuse')
             print()
         print(f'({arch}: {time.perf_counter() - t0:.0f} s)', flush=True)
     text = format_latency_table(rows)
