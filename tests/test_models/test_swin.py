@@ -10,7 +10,8 @@ import torch
 from _backbones import backbone_state, converted, flops, randn_input, random_gates_, timm_model
 from mmdcs.models.backbones.base import count_params
 from mmdcs.models.backbones.swin import (Swin, SwinBlock, convert_official_swin, convert_timm,
-                                         shifted_window_mask)
+                                         shifted_window_mask, window_order,
+                                         window_partition)
 from mmdcs.selection import SubnetError, arch_parameters, prunable_modules
 
 
@@ -95,7 +96,22 @@ def test_small_map_windows_and_mask_cache():
     with torch.no_grad():
         block(torch.randn(1, 10, 13, 32))
         block(torch.randn(1, 10, 13, 32))
-    assert len(block._masks) == 1
+    # built once for the two calls: the shifted-window mask and the window order
+    assert sorted(k[0] == 'order' for k in block._masks) == [False, True]
+
+
+def test_window_order_is_roll_then_partition():
+    """One gather with window_order = torch.roll + window_partition; its inverse undoes both
+    (shifted or not, square or not)."""
+    for size, window, shift in (((14, 21), (7, 7), (3, 3)), ((8, 8), (4, 4), (0, 0)),
+                                ((7, 14), (7, 7), (0, 3))):
+        x = torch.randn(2, *size, 5)
+        order, inverse = window_order(size, window, shift)
+        ref = window_partition(torch.roll(x, (-shift[0], -shift[1]), (1, 2)), window)
+        got = x.reshape(2, -1, 5).index_select(1, order).view(ref.shape)
+        assert torch.equal(got, ref)
+        back = got.reshape(2, -1, 5).index_select(1, inverse).view(x.shape)
+        assert torch.equal(back, x)
 
 
 # ------------------------------------------------------------------ converted checkpoints

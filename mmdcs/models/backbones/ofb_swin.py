@@ -66,6 +66,7 @@ class OFBSwinBlock(nn.Module):
     shift, padding and mask logic is :class:`mmdcs.Swin`'s."""
     window_and_shift = SwinBlock.window_and_shift
     _mask = SwinBlock._mask
+    _order = SwinBlock._order
     _attn = SwinBlock._attn
 
     def __init__(self, dim: int, num_heads: int, head_dim: int, hidden: int, scale: float,

@@ -77,6 +77,20 @@ def window_reverse(windows: Tensor, window: Size, H: int, W: int) -> Tensor:
     return x.reshape(-1, H, W, C)
 
 
+def window_order(size: Size, window: Size, shift: Size = (0, 0)) -> Tuple[Tensor, Tensor]:
+    """(order, inverse) of the windows of a (padded) map of ``size``: the windowed sequence
+    ``window_partition(torch.roll(x, (-sh, -sw), (1, 2)), window)`` is the row-major map
+    (B, H·W, C) indexed by ``order`` along the tokens, and ``inverse`` takes it back (the
+    cyclic shift undone too). One gather each way instead of a roll (two copies per shifted
+    dimension) and a permute copy (tools/analysis/latency.py --modules)."""
+    Hp, Wp = size
+    idx = torch.arange(Hp * Wp).view(1, Hp, Wp, 1)
+    if any(shift):
+        idx = torch.roll(idx, shifts=(-shift[0], -shift[1]), dims=(1, 2))
+    order = window_partition(idx, window).reshape(-1)
+    return order, torch.argsort(order)
+
+
 def relative_position_index(window: Size, table_window: Size) -> Tensor:
     """(N, N) indices into a ``(2·Th-1)·(2·Tw-1)`` bias table (timm's layout) for the token
     pairs of a ``window`` ≤ ``table_window``: a smaller window reads the exact sub-table."""
@@ -228,31 +242,41 @@ class SwinBlock(nn.Module):
             self._masks[key] = shifted_window_mask(size, window, shift).to(device)
         return self._masks[key]
 
+    def _order(self, size: Size, window: Size, shift: Size, device) -> Tuple[Tensor, Tensor]:
+        key = ('order', size, window, shift, str(device))
+        if key not in self._masks:
+            if len(self._masks) > 32:
+                self._masks.clear()
+            self._masks[key] = tuple(t.to(device) for t in window_order(size, window, shift))
+        return self._masks[key]
+
     def _attn(self, x: Tensor) -> Tensor:
         """Window attention of (B, H, W, C). ``window_padding`` 'mmdet': pad, shift, attend,
         shift back, crop; 'timm': shift, pad, attend, crop, shift back. The mask is that of the
-        padded map in both (as both references compute it)."""
+        padded map in both (as both references compute it). The shift and the window partition
+        are one gather of the tokens (:func:`window_order`), and so is their inverse, except in
+        timm's order on a map that needs padding."""
         B, H, W, C = x.shape
         window, shift = self.window_and_shift(H, W)
         pad_h, pad_w = (-H) % window[0], (-W) % window[1]
         Hp, Wp = H + pad_h, W + pad_w
         shift_first = getattr(self, 'window_padding', 'mmdet') == 'timm'
-        if any(shift) and shift_first:
-            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-        if pad_h or pad_w:
-            x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
-        if any(shift) and not shift_first:
-            x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
-        mask = self._mask((Hp, Wp), window, shift, x.device)
-        x = self.attn(window_partition(x, window), window, mask)
-        x = window_reverse(x, window, Hp, Wp)
-        if any(shift) and not shift_first:
-            x = torch.roll(x, shifts=shift, dims=(1, 2))
-        if pad_h or pad_w:
-            x = x[:, :H, :W, :]
-        if any(shift) and shift_first:
-            x = torch.roll(x, shifts=shift, dims=(1, 2))
-        return x
+        if not (shift_first and any(shift) and (pad_h or pad_w)):
+            if pad_h or pad_w:
+                x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+            order, inverse = self._order((Hp, Wp), window, shift, x.device)
+            windows = x.reshape(B, Hp * Wp, C).index_select(1, order)
+            x = self.attn(windows.view(-1, window[0] * window[1], C), window,
+                          self._mask((Hp, Wp), window, shift, x.device))
+            x = x.reshape(B, Hp * Wp, -1).index_select(1, inverse).view(B, Hp, Wp, -1)
+            return x[:, :H, :W, :] if pad_h or pad_w else x
+        # timm's order on a map that needs padding: shift, pad, attend, crop, shift back
+        x = torch.roll(x, shifts=(-shift[0], -shift[1]), dims=(1, 2))
+        x = F.pad(x, (0, 0, 0, pad_w, 0, pad_h))
+        x = self.attn(window_partition(x, window), window,
+                      self._mask((Hp, Wp), window, shift, x.device))
+        x = window_reverse(x, window, Hp, Wp)[:, :H, :W, :]
+        return torch.roll(x, shifts=shift, dims=(1, 2))
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, H, W, C)."""
