@@ -21,6 +21,10 @@ breakdown (``torch.profiler``) to find where they part.
 * :func:`latency_table` / :func:`format_latency_table` — several archs.
 * :func:`plain_baseline` — the unpruned plain backbone a peer method's backbone (OFB, DynamicViT)
   compresses, to time it against.
+* :func:`module_scaling` — where the two ratios part, by leaf module (narrowed / unchanged /
+  added / outside), with the latency ratio the FLOPs can buy on the device.
+* :func:`theta_fusion_timing` — DCS: qkv and Linear_θ as two matmuls vs one fused matmul.
+* :func:`keep_freed_memory` — glibc keeps freed memory while timing (no page faults per forward).
 """
 import contextlib
 import ctypes
@@ -251,7 +255,7 @@ def theta_fusion_timing(model: nn.Module, inputs: torch.Tensor, rounds: int = 7,
             wq, bq = m.qkv.weight, m.qkv.bias
             wt, bt = m.qk_select.theta.weight, m.qk_select.theta.bias
             wf = torch.cat([wq, wt])
-            bf = None if bq is None else torch.cat([bq, bt])
+            bf = torch.cat([bq if bq is not None else wq.new_zeros(wq.shape[0]), bt])
             split = [wq.shape[0], wt.shape[0]]
 
             def separate():

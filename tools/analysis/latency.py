@@ -35,7 +35,10 @@ Per model and batch: ms/image of the baseline and of the subnet (median of inter
 rounds after warm-up, eval mode, torch.inference_mode, fixed threads; CUDA timed with
 torch.cuda.synchronize when available), the latency ratio, the FLOPs ratio, and whether they
 differ by at most --tolerance (0.05). --profile adds the per-operator CPU time of both models
-(torch.profiler) at the first batch size.
+(torch.profiler) at the first batch size; --modules the time by leaf module (narrowed /
+unchanged / added / outside) with the latency ratio expected if the narrowed modules ran at their
+FLOPs ratio; --theta-fusion (DCS) qkv and Linear_θ as two matmuls vs one. While timing, glibc
+keeps freed memory for reuse (--system-malloc: leave the allocator as it is).
 """
 import argparse
 import os.path as osp
