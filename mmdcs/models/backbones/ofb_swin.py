@@ -20,7 +20,7 @@ only. PMIM replaces the patch embeddings of the masked 32×32 cells by a mask to
 reconstructs the image from the last stage's map (``Conv2d(C, 32²·3, 1)`` + ``PixelShuffle(32)``).
 """
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -84,7 +84,7 @@ class OFBSwinBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = OFBMlp(dim, hidden, drop=drop, search=search_mlp)
         self.drop_path2 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
-        self._masks: Dict[tuple, Tensor] = {}
+        self._masks: Dict[tuple, Any] = {}  # shifted-window masks and window orders
 
     def padded(self, H: int, W: int) -> Tuple[Size, Size]:
         """(window, padded size) of an H×W map."""

@@ -33,7 +33,7 @@ equal timm's there; ``pad_small_map=True`` keeps the 7×7 window and the shift w
 """
 import math
 import re
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -220,7 +220,7 @@ class SwinBlock(nn.Module):
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), drop=drop, select=mlp_select,
                             gate_init=gate_init, tau=tau, select_hidden=select_hidden)
         self.drop_path2 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
-        self._masks: Dict[tuple, Tensor] = {}
+        self._masks: Dict[tuple, Any] = {}  # shifted-window masks and window orders
 
     def window_and_shift(self, H: int, W: int) -> Tuple[Size, Size]:
         """A side that fits in one window takes the window to its length and no shift (timm at
