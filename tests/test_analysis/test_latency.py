@@ -202,7 +202,8 @@ def test_build_pair_low_rank_theta(capsys):
                      select_hidden=True, multiple_of=8, theta_rank=4)
     assert low[2].meta['theta_rank'] == 4 and 'theta_rank' not in full[2].meta
     selector = low[1].blocks[0].attn.qk_select
-    assert selector.theta_down.out_features == 4 and full[1].blocks[0].attn.qk_select.theta_down is None
+    assert selector.theta_down.out_features == 4
+    assert full[1].blocks[0].attn.qk_select.theta_down is None
     assert low[2].meta['keep_ratio'] > full[2].meta['keep_ratio']
     with pytest.raises(SystemExit) as e:
         _tool().main(['--theta-rank', '0', '--models', 'deit-tiny'])

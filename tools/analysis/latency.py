@@ -79,8 +79,8 @@ def parse_args(argv=None):
                    help='variant of the random subnets (default: the paper\'s per family: kcr '
                    'for vit/swin, dcs for mobilevit/efficientvit)')
     p.add_argument('--theta-rank', type=int, default=None, metavar='R',
-                   help='DCS random subnets: Linear_θ at rank R (D→R→D; default full rank, the '
-                        'paper)')
+                   help='DCS random subnets: Linear_θ at rank R (D→R→D; default full rank, '
+                        'the paper)')
     p.add_argument('--subnet', help='an exported subnet.json (its arch replaces --models)')
     p.add_argument('--config', help='time the backbone of this config (a pruned subnet, or with '
                    '--subnet) against the same backbone as a baseline')
