@@ -194,10 +194,9 @@ def run(args):
     from mmdcs.analysis.complexity import TABLE_MODELS, backbone_class
     from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,
                                         format_module_scaling, format_op_groups,
-                                        format_profile, is_peer_backbone, latency_pair,
-                                        format_theta_fusion, module_scaling, op_groups,
-                                        profile_ops, theta_fusion_timing)
-    from mmdcs.analysis.latency import keep_freed_memory
+                                        format_profile, format_theta_fusion, is_peer_backbone,
+                                        keep_freed_memory, latency_pair, module_scaling,
+                                        op_groups, profile_ops, theta_fusion_timing)
     from mmdcs.selection import SubnetError, SubnetSpec
     common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
                   warmup=args.warmup, repeats=args.repeats, number=args.number,
