@@ -1,6 +1,5 @@
 """Retraining with the IB / KCR terms: RegularizerHook, checkpoints, resume, input checks."""
 import os.path as osp
-import subprocess
 
 import pytest
 import torch
@@ -8,6 +7,7 @@ from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmengine.registry import DefaultScope
 
+from _tools import run_dist_train  # noqa: E402 (tests/ is on sys.path)
 from mmdcs.engine.hooks import CHECKPOINT_KEY
 from mmdcs.registry import MODELS
 from mmdcs.utils.checkpoint import load_checkpoint_file
@@ -104,17 +104,14 @@ def test_t_warm_beyond_max_epochs_and_class_mismatch_are_refused(tiny_digits, tm
 
 @pytest.mark.xdist_group('train')
 def test_search_runs_under_ddp_two_gloo_processes(tiny_digits, tmp_path):
-    import sys
     cls = osp.join(tiny_digits, 'cls')
     work = str(tmp_path / 'ddp')
-    cmd = ['bash', 'tools/dist_train.sh', 'configs/demo/dcs-mobilevit-xs_search_digits.py', '2',
-           '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
-           f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
-           'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-           'train_dataloader.batch_size=16', 'default_hooks.logger.interval=1']
-    env = {'PATH': f'{osp.dirname(sys.executable)}:/usr/bin:/bin', 'PORT': '29641',
-           'OMP_NUM_THREADS': '1', 'HOME': osp.expanduser('~')}
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    args = ['configs/demo/dcs-mobilevit-xs_search_digits.py', '2',
+            '--work-dir', work, '--cfg-options', 'train_cfg.max_epochs=1',
+            f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
+            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+            'train_dataloader.batch_size=16', 'default_hooks.logger.interval=1']
+    proc = run_dist_train(args, work, port=29641)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert 'arch_loss_budget' in out and 'arch_cost_mu' in out

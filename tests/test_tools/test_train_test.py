@@ -4,7 +4,7 @@ import json
 import os.path as osp
 
 import pytest
-from _tools import ROOT, load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import ROOT, load_tool, run_dist_train  # noqa: E402 (tests/ is on sys.path)
 
 
 CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -43,17 +43,12 @@ def test_train_test_and_resume(tiny_digits, tmp_path, run_tool):
 
 
 @pytest.mark.xdist_group('train')
-def test_dist_train_two_processes_gloo(tiny_digits, tmp_path, repo_root):
+def test_dist_train_two_processes_gloo(tiny_digits, tmp_path):
     """DDP on the CPU: 2 processes, gloo, through tools/dist_train.sh."""
-    import subprocess
-    import sys
     work = str(tmp_path / 'ddp')
-    env_path = osp.dirname(sys.executable)
-    cmd = ['bash', 'tools/dist_train.sh', CFG, '2', '--work-dir', work, '--cfg-options'] + \
+    args = [CFG, '2', '--work-dir', work, '--cfg-options'] + \
         _data_opts(tiny_digits, epochs=1) + ['train_cfg.val_interval=10']
-    proc = subprocess.run(cmd, cwd=repo_root, capture_output=True, text=True, timeout=600,
-                          env={'PATH': f'{env_path}:/usr/bin:/bin', 'PORT': '29631',
-                               'OMP_NUM_THREADS': '1', 'HOME': osp.expanduser('~')})
+    proc = run_dist_train(args, work, port=29631)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = proc.stdout + proc.stderr
     assert 'Distributed launcher: pytorch' in log or 'distributed: True' in log, log[-3000:]
