@@ -9,6 +9,16 @@ import sys
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
+def digits_opts(root: str, epochs: int = 1) -> list:
+    """``--cfg-options`` that point a digits classification config at the small dataset the
+    ``tiny_digits`` fixture built in ``root``, for ``epochs`` epochs, without loader workers."""
+    cls = osp.join(root, 'cls')
+    return [f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
+            f'test_dataloader.dataset.data_root={cls}', f'train_cfg.max_epochs={epochs}',
+            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+            'test_dataloader.num_workers=0', 'default_hooks.logger.interval=1']
+
+
 def load_tool(rel: str):
     """The tool at ``rel`` (e.g. ``'tools/export_subnet.py'``) as a fresh module."""
     name = 'mmdcs_tool_' + rel.replace('/', '_').replace('.py', '')

@@ -17,7 +17,7 @@ import mmdcs.registry  # noqa: F401  (registers the loaders)
 from mmdcs.utils.checkpoint import (UnreadableCheckpointError, UnsafeCheckpointError,
                                     load_checkpoint_file, pickle_globals, save_weights,
                                     trust_checkpoints, trust_scope)
-from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import digits_opts, load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -105,14 +105,6 @@ def _assert_refused(code, err, path, marker):
     assert '--trust-checkpoint' in line, line
     assert not osp.exists(marker), 'the checkpoint ran code'
     return line
-
-
-def _data_opts(root, epochs=1):
-    cls = osp.join(root, 'cls')
-    return [f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
-            f'test_dataloader.dataset.data_root={cls}', f'train_cfg.max_epochs={epochs}',
-            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-            'test_dataloader.num_workers=0', 'default_hooks.logger.interval=1']
 
 
 # ----------------------------------------------------------------------------- the loader
@@ -245,12 +237,12 @@ def test_test_tool_refuses_crafted_and_corrupt_checkpoints(evil, corrupt, tiny_d
                                                            run_tool, capsys):
     path, marker = evil
     proc = run_tool(['tools/test.py', CLS_CFG, path, '--work-dir', str(tmp_path / 'w'),
-                     '--cfg-options'] + _data_opts(tiny_digits))
+                     '--cfg-options'] + digits_opts(tiny_digits))
     line = _assert_refused(proc.returncode, proc.stderr, path, marker)
     assert 'trust_checkpoint=True in the config' in line
     for name, p in corrupt.items():
         code, err = _main('tools/test.py', [CLS_CFG, p, '--work-dir', str(tmp_path / 'w'),
-                                            '--cfg-options'] + _data_opts(tiny_digits), capsys)
+                                            '--cfg-options'] + digits_opts(tiny_digits), capsys)
         line = _one_error_line(err)
         assert code == 2 and p in line and 'is not a readable checkpoint' in line, (name, line)
 
@@ -263,7 +255,7 @@ def test_train_tool_refuses_crafted_and_corrupt_checkpoints(how, evil, corrupt, 
 
     def argv(ckpt):
         if how == 'teacher':
-            return [DYN_CFG, '--work-dir', work, '--cfg-options'] + _data_opts(tiny_digits) + [
+            return [DYN_CFG, '--work-dir', work, '--cfg-options'] + digits_opts(tiny_digits) + [
                 f'model.teacher_checkpoint={ckpt}']
         extra = {'load_from': [f'load_from={ckpt}'],
                  'init_cfg': ['model.backbone.init_cfg.type=Pretrained',
@@ -271,7 +263,7 @@ def test_train_tool_refuses_crafted_and_corrupt_checkpoints(how, evil, corrupt, 
                               'model.backbone.init_cfg.prefix=backbone.'],
                  'resume': []}[how]
         resume = ['--resume', ckpt] if how == 'resume' else []
-        return [CLS_CFG, '--work-dir', work] + resume + ['--cfg-options'] + _data_opts(
+        return [CLS_CFG, '--work-dir', work] + resume + ['--cfg-options'] + digits_opts(
             tiny_digits) + extra
 
     code, err = _main('tools/train.py', argv(path), capsys)
@@ -327,7 +319,7 @@ def test_training_checkpoints_load_and_resume_through_the_safe_path(tiny_digits,
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        train.main([CLS_CFG, '--work-dir', work, '--cfg-options'] + _data_opts(tiny_digits))
+        train.main([CLS_CFG, '--work-dir', work, '--cfg-options'] + digits_opts(tiny_digits))
         ckpt = load_checkpoint_file(osp.join(work, 'epoch_1.pth'))
         assert {'state_dict', 'optimizer', 'message_hub', 'meta'} <= set(ckpt)
         assert ckpt['message_hub']['log_scalars']
@@ -335,7 +327,7 @@ def test_training_checkpoints_load_and_resume_through_the_safe_path(tiny_digits,
         os.makedirs(osp.dirname(elsewhere))
         shutil.copy(osp.join(work, 'epoch_1.pth'), elsewhere)
         train.main([CLS_CFG, '--work-dir', str(tmp_path / 'work2'), '--resume', elsewhere,
-                    '--cfg-options'] + _data_opts(tiny_digits, epochs=2))
+                    '--cfg-options'] + digits_opts(tiny_digits, epochs=2))
     finally:
         os.chdir(cwd)
     assert 'resumed epoch: 1' in capsys.readouterr().out

@@ -4,31 +4,24 @@ import json
 import os.path as osp
 
 import pytest
-from _tools import ROOT, load_tool, run_dist_train  # noqa: E402 (tests/ is on sys.path)
+from _tools import (ROOT, digits_opts, load_tool,  # noqa: E402 (tests/ is on sys.path)
+                    run_dist_train)
 
 
 CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
-
-
-def _data_opts(root, epochs=1):
-    cls = osp.join(root, 'cls')
-    return [f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}',
-            f'test_dataloader.dataset.data_root={cls}', f'train_cfg.max_epochs={epochs}',
-            'train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
-            'test_dataloader.num_workers=0', 'default_hooks.logger.interval=1']
 
 
 @pytest.mark.xdist_group('train')
 def test_train_test_and_resume(tiny_digits, tmp_path, run_tool):
     work = str(tmp_path / 'work')
     proc = run_tool(['tools/train.py', CFG, '--work-dir', work, '--cfg-options'] +
-                    _data_opts(tiny_digits, epochs=1))
+                    digits_opts(tiny_digits, epochs=1))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert osp.isfile(osp.join(work, 'epoch_1.pth'))
 
     # resume from the latest checkpoint in the work dir and train one more epoch
     proc = run_tool(['tools/train.py', CFG, '--work-dir', work, '--resume', '--cfg-options'] +
-                    _data_opts(tiny_digits, epochs=2))
+                    digits_opts(tiny_digits, epochs=2))
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
     assert 'resumed epoch: 1' in log, log[-3000:]
@@ -36,7 +29,7 @@ def test_train_test_and_resume(tiny_digits, tmp_path, run_tool):
 
     metrics = str(tmp_path / 'metrics.json')
     proc = run_tool(['tools/test.py', CFG, osp.join(work, 'epoch_2.pth'), '--work-dir', work,
-                     '--metrics-out', metrics, '--cfg-options'] + _data_opts(tiny_digits))
+                     '--metrics-out', metrics, '--cfg-options'] + digits_opts(tiny_digits))
     assert proc.returncode == 0, proc.stderr[-3000:]
     top1 = json.load(open(metrics))['accuracy/top1']
     assert 0 <= top1 <= 100
@@ -47,7 +40,7 @@ def test_dist_train_two_processes_gloo(tiny_digits, tmp_path):
     """DDP on the CPU: 2 processes, gloo, through tools/dist_train.sh."""
     work = str(tmp_path / 'ddp')
     args = [CFG, '2', '--work-dir', work, '--cfg-options'] + \
-        _data_opts(tiny_digits, epochs=1) + ['train_cfg.val_interval=10']
+        digits_opts(tiny_digits, epochs=1) + ['train_cfg.val_interval=10']
     proc = run_dist_train(args, work, port=29631)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = proc.stdout + proc.stderr
@@ -72,7 +65,7 @@ def test_unknown_config_path(tmp_path, run_tool):
 
 def test_unknown_type_names_it_and_suggests(tiny_digits, tmp_path, run_tool):
     proc = run_tool(['tools/train.py', CFG, '--work-dir', str(tmp_path), '--cfg-options',
-                     'model.backbone.type=mmdcs.VIT'] + _data_opts(tiny_digits))
+                     'model.backbone.type=mmdcs.VIT'] + digits_opts(tiny_digits))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "unknown type: mmdcs.VIT" in proc.stderr.replace("'", '')
     assert 'mmdcs.ViT' in proc.stderr
@@ -84,7 +77,7 @@ def test_amp_without_gpu_is_refused(tiny_digits, tmp_path, run_tool):
     if torch.cuda.is_available():
         pytest.skip('a GPU is present')
     proc = run_tool(['tools/train.py', CFG, '--amp', '--work-dir', str(tmp_path),
-                     '--cfg-options'] + _data_opts(tiny_digits))
+                     '--cfg-options'] + digits_opts(tiny_digits))
     assert proc.returncode == 2
     assert '--amp needs a CUDA device' in proc.stderr
 
@@ -127,7 +120,7 @@ def test_missing_teacher_checkpoint_is_one_clear_error_before_training(tiny_digi
     proc = run_tool(['tools/train.py', 'configs/demo/dynamicvit-deit-tiny_digits.py',
                      '--work-dir', str(tmp_path), '--cfg-options',
                      'model.teacher_checkpoint=/nonexistent/teacher.pth'] +
-                    _data_opts(tiny_digits))
+                    digits_opts(tiny_digits))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "teacher_checkpoint '/nonexistent/teacher.pth' not found" in proc.stderr
     assert 'Traceback' not in proc.stderr
@@ -147,7 +140,7 @@ def test_bad_subnet_file_is_one_clear_error_in_train_py(tiny_digits, tmp_path, r
     names = dict(missing=str(tmp_path / 'missing.json'), bad=str(bad))
     proc = run_tool(['tools/train.py', 'configs/demo/dcs-mobilevit-xs_retrain_digits.py',
                      '--work-dir', str(tmp_path / 'wd'), '--cfg-options',
-                     option.format(**names)] + _data_opts(tiny_digits))
+                     option.format(**names)] + digits_opts(tiny_digits))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message.format(**names) in proc.stderr
     assert 'Traceback' not in proc.stderr
