@@ -20,8 +20,9 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import ConfigDict, DictAction
 
 from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
-                                load_config, prepare_task, set_checkpoint_trust, set_work_dir,
-                                setup_cpu_distributed, user_errors)
+                                load_config, prepare_task, process_group_scope, run_program,
+                                set_checkpoint_trust, set_work_dir, setup_cpu_distributed,
+                                user_errors)
 from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite, write_json
 
 #: visualization hook of each task, for --show-dir
@@ -107,17 +108,18 @@ def main(argv=None):
         cfg = merge_args(cfg, args, scope)
         set_checkpoint_trust(args, cfg)
         check_data_paths(cfg, ('test_dataloader', ))
-        setup_cpu_distributed(cfg)
-        runner = build_runner(cfg)
-        outputs = [args.out] if args.out else []
-        with atomic_outputs(*outputs) as temps:
-            if args.out:
-                from mmengine.evaluator import DumpResults
-                runner.test_evaluator.metrics.append(DumpResults(out_file_path=temps[0]))
-            metrics = runner.test()
+        with process_group_scope():  # destroyed at the end, also after an error
+            setup_cpu_distributed(cfg)
+            runner = build_runner(cfg)
+            outputs = [args.out] if args.out else []
+            with atomic_outputs(*outputs) as temps:
+                if args.out:
+                    from mmengine.evaluator import DumpResults
+                    runner.test_evaluator.metrics.append(DumpResults(out_file_path=temps[0]))
+                metrics = runner.test()
         if args.metrics_out and runner.rank == 0:
             write_json(args.metrics_out, {k: float(v) for k, v in metrics.items()})
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

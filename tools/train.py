@@ -20,8 +20,9 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import ConfigDict, DictAction
 
 from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
-                                enable_amp, load_config, prepare_task, set_checkpoint_trust,
-                                set_work_dir, setup_cpu_distributed, user_errors)
+                                enable_amp, load_config, prepare_task, process_group_scope,
+                                run_program, set_checkpoint_trust, set_work_dir,
+                                setup_cpu_distributed, user_errors)
 
 
 def parse_args(argv=None):
@@ -106,10 +107,11 @@ def main(argv=None):
         cfg = merge_args(cfg, args)
         set_checkpoint_trust(args, cfg)
         check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
-        setup_cpu_distributed(cfg)
-        runner = build_runner(cfg)
-        runner.train()
+        with process_group_scope():  # destroyed at the end, also after an error
+            setup_cpu_distributed(cfg)
+            runner = build_runner(cfg)
+            runner.train()
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)
