@@ -19,6 +19,23 @@ def digits_opts(root: str, epochs: int = 1) -> list:
             'test_dataloader.num_workers=0', 'default_hooks.logger.interval=1']
 
 
+def assert_close_scaled(got, ref, rel: float = 1e-4, what: str = '') -> float:
+    """``max |got - ref| <= rel * scale`` with ``scale = max |ref|`` (1 for an all-zero or empty
+    ``ref``): a tolerance scaled to the output's magnitude, the same for a tensor of logits
+    around 1e-3 and one around 1e3, so that the verdict does not depend on the CPU, the thread
+    count or the runtime's rounding (an absolute ``atol`` is either vacuous for small outputs or
+    below the rounding of large ones). Returns the relative difference."""
+    import torch
+    got, ref = torch.as_tensor(got).double(), torch.as_tensor(ref).double()
+    assert got.shape == ref.shape, f'{what}: shape {tuple(got.shape)} != {tuple(ref.shape)}'
+    if not ref.numel():
+        return 0.
+    scale = float(ref.abs().max()) or 1.
+    diff = float((got - ref).abs().max())
+    assert diff <= rel * scale, f'{what}: max abs diff {diff:.3g} > {rel:g} x scale {scale:.3g}'
+    return diff / scale
+
+
 def load_tool(rel: str):
     """The tool at ``rel`` (e.g. ``'tools/export_subnet.py'``) as a fresh module."""
     name = 'mmdcs_tool_' + rel.replace('/', '_').replace('.py', '')
