@@ -15,7 +15,7 @@ from mmdcs.analysis.attention import (AttentionNotSupported, attention_modules,
                                       row_entropy)
 from mmdcs.models.backbones.vit import ViT
 from mmdcs.selection import QKChannelSelector
-from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import assert_close_scaled, load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -67,7 +67,7 @@ def test_collect_entropies_maps_and_ranks():
         assert (e >= -1e-6).all() and (e <= math.log(n) + 1e-5).all()
         assert sb.num_keys[b] == n
         # all gates open: the DCS supernet is the baseline, entropies included
-        assert torch.allclose(sd.entropies[b], e, atol=1e-5)
+        assert_close_scaled(sd.entropies[b], e, 1e-5)
         assert sb.maps[b].shape == (3, 3, 3)  # class-token query over the 3×3 patch grid
         assert torch.equal(sb.rank_masked[b], sb.rank_unmasked[b])
         assert (sb.rank_unmasked[b] <= min(n, 64)).all()
@@ -162,7 +162,12 @@ def test_grad_cam_on_a_tiny_classifier(tmp_path):
     assert cam.shape == (2, 32, 32) and cls.shape == (2, ) and prob.shape == (2, )
     assert float(cam.min()) >= 0 and float(cam.max()) <= 1 + 1e-6 and float(cam.max()) > 0
     with torch.no_grad():
-        assert torch.equal(cls, model(x, mode='tensor').argmax(-1))
+        logits = model(x, mode='tensor')
+    # the predicted class: grad_cam's forward (with autograd) and this one may round
+    # differently, so the argmax is compared where the two best logits are clearly apart
+    top2 = logits.topk(2, -1).values
+    clear = (top2[:, 0] - top2[:, 1]) > 1e-4 * float(logits.abs().max())
+    assert clear.any() and torch.equal(cls[clear], logits.argmax(-1)[clear])
     cam7, cls7, _ = grad_cam(model, x, 'backbone.blocks.-1.norm1', target_class=7)
     assert (cls7 == 7).all()
     assert not model.training and all(p.grad is None for p in model.parameters())

@@ -31,6 +31,7 @@ from _backbones import (CASES, backbone_state, case, classifier, families, famil
 from mmdcs.models.backbones import VARIANTS
 from mmdcs.models.backbones.base import count_params
 from mmdcs.selection import QKChannelSelector, SubnetError, SubnetSpec, prune_state_dict
+from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
 
 FAMILIES = list(families())
 TIMM_ARCHS = [(f, a) for f in FAMILIES for a in getattr(family_module(f), 'TIMM_MODELS', {})]
@@ -93,7 +94,7 @@ def test_converted_timm_weights_give_timm_logits(family, arch):
             out = clf(x, mode='tensor')
         assert out.shape == expected.shape == (1, 1000)
         assert expected.std() > 1e-2  # informative logits: not a comparison of near-zeros
-        assert torch.allclose(out, expected, atol=1e-4), (size, (out - expected).abs().max())
+        assert_close_scaled(out, expected, 1e-4)
 
 
 @pytest.mark.parametrize('family', TIMM_FEATURES)
@@ -108,7 +109,8 @@ def test_dense_features_are_timm_intermediates(family):
         ref = timm_features(timm_model(arch, size), x)
     assert len(ours) == len(ref) == len(c.dense_shapes)
     for o, r in zip(ours, ref):
-        assert o.shape == r.shape and torch.allclose(o, r, atol=1e-4), (o - r).abs().max()
+        assert o.shape == r.shape
+        assert_close_scaled(o, r, 1e-4)
 
 
 # ----------------------------------------------------------------------------- supernet = baseline
@@ -143,7 +145,7 @@ def test_open_supernet_with_converted_weights_equals_baseline(family, variant, q
         out = sup(x)
     assert len(out) == len(expected) == len(c.dense_shapes)
     for o, e in zip(out, expected):
-        assert torch.allclose(o, e, atol=1e-5), (o - e).abs().max()
+        assert_close_scaled(o, e, 1e-5)
 
 
 # ----------------------------------------------------------------------------- subnets
@@ -206,7 +208,7 @@ def test_pruned_subnet_equals_supernet(family, variant):
             ref, out = sup(x), pruned(x)
             assert len(out) == len(ref) == len(c.dense_shapes)
             for o, r in zip(out, ref):
-                assert torch.allclose(o, r, atol=1e-4), (size, (o - r).abs().max())
+                assert_close_scaled(o, r, 1e-4)
         # the gates did something: the baseline computes another function
         _, _, x, base = _baseline(family)
         assert not all(torch.allclose(s, b, atol=1e-3) for s, b in zip(sup(x), base))

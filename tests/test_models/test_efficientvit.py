@@ -16,6 +16,7 @@ from mmdcs.models.backbones.base import count_params
 from mmdcs.models.backbones.efficientvit import (TIMM_MODELS, EfficientViT, LiteMLA,
                                                  convert_timm)
 from mmdcs.selection import SubnetError
+from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
 
 HEAD_WIDTHS = {'efficientvit-b0': (1024, 1280), 'efficientvit-b1': (1536, 1600),
                'efficientvit-b2': (2304, 2560), 'efficientvit-b3': (2304, 2560)}
@@ -45,7 +46,7 @@ def test_cls_head_pre_logits_are_timms():
         pre = clf.head.pre_logits(clf.neck(clf.backbone(x)))
         ref = timm_model_.forward_head(timm_model_.forward_features(x), pre_logits=True)
     assert pre.shape == ref.shape == (1, 1280)
-    assert torch.allclose(pre, ref, atol=1e-4)
+    assert_close_scaled(pre, ref, 1e-4)
 
 
 def test_convert_timm_refuses_unknown_arch_and_foreign_keys():
@@ -94,7 +95,7 @@ def test_qk_mask_is_applied_to_every_branch_before_the_kernel(qk_mask):
         mq, mk = (masks, masks) if qk_mask == 'shared' else masks.chunk(2, dim=1)
         assert 0.2 < mq.mean() < 0.8 and (qk_mask == 'shared' or not torch.equal(mq, mk))
         ref = _lite_mla_reference(m, x, mq, mk)
-        assert torch.allclose(m(x), ref, atol=1e-5)
+        assert_close_scaled(m(x), ref, 1e-5)
         assert m.cat_dim == 32 * 3 and m.select.dim == 96
 
 

@@ -20,6 +20,7 @@ from mmdcs.peers.dynamicvit import (DynamicViTLoss, TokenPredictor, batch_index_
                                     keep_count, keep_ratios, policy_attention, restore_tokens,
                                     softmax_with_policy)
 from mmdcs.utils.checkpoint import load_checkpoint_file
+from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DEMO = osp.join(ROOT, 'configs/demo/dynamicvit-deit-tiny_digits.py')
@@ -157,9 +158,8 @@ def test_policy_attention_and_block_are_blind_to_dropped_tokens():
         assert not torch.allclose(policy_block_forward(blk, x, ones, 0.)[kept],
                                   policy_block_forward(blk, noisy, ones, 0.)[kept], atol=1e-2)
     q = k = v = torch.randn(2, 3, 17, 64)
-    assert torch.allclose(policy_attention(q, k, v, None, 0.125),
-                          nn.functional.scaled_dot_product_attention(q, k, v, scale=0.125),
-                          atol=1e-5)
+    assert_close_scaled(policy_attention(q, k, v, None, 0.125),
+                        nn.functional.scaled_dot_product_attention(q, k, v, scale=0.125), 1e-5)
 
 
 @pytest.mark.parametrize('mask', [True, False])
@@ -297,7 +297,7 @@ def test_dynamic_swin_training_streams():
     with torch.no_grad():
         xa = seen['inp'] + blk._attn(blk.norm1(seen['inp']))
         expected = xa + mask * blk.mlp(blk.norm2(xa)) + (1 - mask) * blk.fastmlp(xa)
-    assert torch.allclose(seen['nxt'], expected, atol=1e-5)
+    assert_close_scaled(seen['nxt'], expected, 1e-5)
     g = torch.Generator().manual_seed(1)
     sum((o * torch.randn(o.shape, generator=g)).sum() for o in outs).backward()
     assert stage.score_predictor[0].out_conv[4].weight.grad.abs().sum() > 1e-4

@@ -11,6 +11,7 @@ from mmdcs.regularizers import (IBState, MiniBatchKMeans, ib_bound_decomposition
                                  soft_assign)
 
 from _dist_utils import run_distributed  # noqa: E402 (tests/test_regularizers is on sys.path)
+from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
 
 SCALES = (0.1, 1.0, 5.0, 20.0)
 TOL = 1e-9  # float64 round-off allowance for the inequalities (nats)
@@ -98,7 +99,7 @@ def test_streaming_lloyd_equals_one_full_batch_lloyd_iteration():
     ref, ref_counts = lloyd_step(feats, init)
     assert torch.equal(km.counts, ref_counts)
     km.step()
-    torch.testing.assert_close(km.centroids, ref, rtol=0, atol=1e-12)
+    assert_close_scaled(km.centroids, ref, 1e-12)
     assert int(km.counts.sum()) == 0 and float(km.sums.abs().sum()) == 0
     # an empty cluster keeps its centroid
     far = torch.cat([init, torch.full((1, 6), 1e3, dtype=torch.float64)])
@@ -129,17 +130,17 @@ def test_state_streaming_equals_full_batch_statistics():
     # the accumulators are the full-batch sums of eq. (7) (exact counts, float64 sums)
     phi = soft_assign(feats.double(), c0, st.s)
     sums = torch.zeros(C, C, dtype=torch.float64).index_add_(0, labels, phi)
-    torch.testing.assert_close(st.q_sums, sums, rtol=0, atol=1e-12)
+    assert_close_scaled(st.q_sums, sums, 1e-12)
     assert torch.equal(st.class_counts, torch.bincount(labels, minlength=C))
     stats = st.end_epoch()
     assert stats['samples'] == n and stats['classes_seen'] == C - 1
     q_ref = optimal_q(phi, labels, C)
-    torch.testing.assert_close(st.q, q_ref, rtol=0, atol=1e-12)
+    assert_close_scaled(st.q, q_ref, 1e-12)
     # class 3 never seen: uniform row
     torch.testing.assert_close(st.q[3], torch.full((C, ), 1.0 / C, dtype=torch.float64))
     torch.testing.assert_close(st.q.sum(1), torch.ones(C, dtype=torch.float64))
     ref_c, _ = lloyd_step(feats, c0)
-    torch.testing.assert_close(st.feature_centroids, ref_c, rtol=0, atol=1e-12)
+    assert_close_scaled(st.feature_centroids, ref_c, 1e-12)
     assert st.ready and int(st.refreshes) == 1
     # the batch loss averaged over the set is IBB over the set (same Q, same centroids)
     st2_phi = soft_assign(feats.double(), st.feature_centroids, st.s)
@@ -170,9 +171,8 @@ def test_lazy_feature_init_uses_the_first_batches_and_loses_no_sample():
         st.update(feats[64:][sl], labels[64:][sl])
     assert int(st.class_counts.sum()) == n
     phi = soft_assign(feats.double(), ref.feature_centroids, st.s)
-    torch.testing.assert_close(st.q_sums,
-                               torch.zeros(C, C, dtype=torch.float64).index_add_(0, labels, phi),
-                               rtol=0, atol=1e-12)
+    assert_close_scaled(st.q_sums,
+                        torch.zeros(C, C, dtype=torch.float64).index_add_(0, labels, phi), 1e-12)
     # the input centroids too, from the same batches, when given the representations
     reps = input_representation(images)
     lazy = _state(C, init_samples=50)
@@ -361,7 +361,7 @@ def test_ddp_two_processes_equal_one_process():
             for k, v in expected.items():
                 got = res[key][k]
                 if v.is_floating_point():
-                    torch.testing.assert_close(got, v, rtol=0, atol=1e-12, msg=f'{key}.{k}')
+                    assert_close_scaled(got, v, 1e-12, what=f'{key}.{k}')
                 else:
                     assert torch.equal(got, v), f'{key}.{k}'
 

@@ -10,7 +10,7 @@ import torch
 
 from mmdcs.selection import SubnetSpec, apply_subnet_, file_sha256, selector_layout
 from mmdcs.utils.checkpoint import load_checkpoint_file
-from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import assert_close_scaled, load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -90,7 +90,7 @@ def test_export_rebuild_and_equal_logits(supernet, run_tool):
     with torch.no_grad():
         ref = model(x, mode='tensor')
         got = pruned(x, mode='tensor')
-    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    assert_close_scaled(got, ref, 1e-4)
 
     # pruning in place on the supernet gives the same weights as prune_state_dict
     inplace = _build(supernet['cfg'].model)
@@ -169,8 +169,7 @@ def test_export_multiple_of_rounds_widths_and_keeps_outputs(supernet, tmp_path, 
     pruned.load_state_dict(ckpt['state_dict'], strict=True)
     x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        assert torch.allclose(pruned(x, mode='tensor'), supernet['model'](x, mode='tensor'),
-                              atol=1e-4)
+        assert_close_scaled(pruned(x, mode='tensor'), supernet['model'](x, mode='tensor'), 1e-4)
     with pytest.raises(SystemExit):
         tool.main([supernet['config'], supernet['ckpt'], '--out', out, '--multiple-of', '0'])
     assert '--multiple-of must be a positive integer' in capsys.readouterr().err
