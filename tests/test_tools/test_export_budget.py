@@ -125,7 +125,12 @@ def test_magnitude_keeps_the_largest_norms(setup, tmp_path):
     for b in spec.blocks:
         mlp = backbone.get_submodule(b.name)
         norms = (mlp.fc1.weight.detach().pow(2).sum(0) + mlp.fc2.weight.detach().pow(2).sum(1))
-        assert b.keep == norms.argsort(descending=True)[:b.kept].sort().values.tolist()
+        top = norms.argsort(descending=True)[:b.kept].sort().values.tolist()
+        # the tool computes the norms its own way: a channel may differ only at a near-tie
+        swapped = sorted(set(b.keep) ^ set(top))
+        cut = float(norms.sort(descending=True).values[b.kept - 1])
+        assert all(abs(float(norms[i]) - cut) <= 1e-5 * cut for i in swapped), (b.name, swapped)
+        assert len(b.keep) == len(top)
 
 
 @pytest.mark.parametrize('argv, message', [
