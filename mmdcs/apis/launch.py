@@ -263,18 +263,24 @@ _RAN_PROCESS_GROUP = [False]
 
 @contextmanager
 def process_group_scope() -> Iterator[None]:
-    """Around the set-up and the run of a tool (``tools/train.py``, ``tools/test.py``): when it
-    ends, normally or by an error, the default process group (gloo or NCCL, started by
-    :func:`setup_cpu_distributed` or by mmengine) is destroyed, after the runner finished its
-    collectives. Then :func:`run_program` ends such a rank without interpreter shutdown (see
+    """Around the set-up and the run of a tool (``tools/train.py``, ``tools/test.py``): when the
+    run ends, the default process group (gloo or NCCL, started by :func:`setup_cpu_distributed`
+    or by mmengine) is destroyed, after the runner finished its collectives. After an error it
+    is left as it is (destroying it waits for this rank's pending collectives, which the other
+    ranks may never join: 40 s, as long as the other rank lived, in a 2-rank test), and
+    :func:`run_program` ends the rank at once (its peers then fail on the closed connection).
+    Either way :func:`run_program` ends such a rank without the interpreter's shutdown (see
     there for why)."""
+    import torch.distributed as dist
     try:
         yield
-    finally:
-        import torch.distributed as dist
+    except BaseException:
         if dist.is_available() and dist.is_initialized():
             _RAN_PROCESS_GROUP[0] = True
-            dist.destroy_process_group()
+        raise
+    if dist.is_available() and dist.is_initialized():
+        _RAN_PROCESS_GROUP[0] = True
+        dist.destroy_process_group()
 
 
 def run_program(main) -> None:
