@@ -4,8 +4,8 @@ import json
 import os.path as osp
 
 import pytest
-from _tools import (ROOT, digits_opts, load_tool,  # noqa: E402 (tests/ is on sys.path)
-                    run_dist_train)
+from _tools import (CXX_ABORT, ROOT, digits_opts,  # noqa: E402 (tests/ is on sys.path)
+                    load_tool, run_dist_train)
 
 
 CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -41,9 +41,10 @@ def test_dist_train_two_processes_gloo(tiny_digits, tmp_path):
     work = str(tmp_path / 'ddp')
     args = [CFG, '2', '--work-dir', work, '--cfg-options'] + \
         digits_opts(tiny_digits, epochs=1) + ['train_cfg.val_interval=10']
-    proc = run_dist_train(args, work, port=29631)
+    proc = run_dist_train(args, port=29631)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = proc.stdout + proc.stderr
+    assert CXX_ABORT not in log, log[-3000:]
     assert 'Distributed launcher: pytorch' in log or 'distributed: True' in log, log[-3000:]
     assert osp.isfile(osp.join(work, 'epoch_1.pth'))
 
