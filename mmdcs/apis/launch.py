@@ -289,8 +289,9 @@ def run_program(main) -> None:
     kept, output flushed, a traceback printed first) instead of the interpreter's shutdown.
 
     Why: a DDP rank on gloo (CPU) ended by the interpreter's shutdown was aborted now and then
-    by libstdc++ (``terminate called without an active exception``, exit -6; about one run in
-    three of a minimal 2-rank DDP script on 2 loaded cores, rarely with tools/train.py). The C++
+    by libstdc++ (``terminate called without an active exception``, exit -6): 2 runs in 10 of
+    ``tools/dist_train.sh`` (2 ranks, 1 epoch of the tiny digits set, beside a busy process on 2
+    cores), 0 in 10 with this ending. The C++
     backtrace: one of gloo's worker threads (``ProcessGroupGloo::runLoop``) was still destroying
     the last backward's allreduce work, which holds a Python object (the ``contextvars``
     context torch.autograd stashes in the thread-local state during ``backward``); its decref

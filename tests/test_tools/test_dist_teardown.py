@@ -4,10 +4,10 @@ the program ended by ``run_program``; tests/test_tools/_dist_rank.py), must all 
 rank aborted by the C++ runtime (``terminate called without an active exception``, exit -6).
 The cause (``mmdcs.apis.launch.run_program`` says more): a gloo worker thread still releasing
 the last backward's allreduce work, which needs the GIL, while the interpreter shut down;
-tools/dist_train.sh met it now and then under load. The rank makes that race likely (one
-allreduce per parameter, and its main thread keeps the GIL after the last backward): through
-the old path (the same script without the two calls) 5 runs in 6 aborted, 2 in 10 without
-the trigger.
+tools/dist_train.sh of the old code aborted 2 runs in 10 (1 epoch on the tiny digits set beside
+a busy process on 2 cores). The rank makes that race likely (one allreduce per parameter, and
+its main thread keeps the GIL after the last backward): through the old path (the same script
+without the two calls) this test failed with 16 of its 20 runs aborted.
 
 The load is the runs themselves: 10 rounds of 2 torchrun runs side by side (6 processes on
 the 2 cores of CI). Cost: about 7 s of CPU per run (torchrun's agent and the two ranks import
