@@ -257,20 +257,35 @@ def test_unreachable_hidden_targets_are_one_line_exit_2_nothing_written(
 
 def test_magnitude_ranks_hidden_units_with_normalised_norms(setup, tmp_path, capsys):
     """--method magnitude from a baseline checkpoint with hidden-unit selection asked for:
-    channels and hidden units ranked jointly by weight norms, each relative to its unit's
-    mean."""
+    channels and hidden units ranked jointly by weight norms, each relative to its unit's mean.
+    A quarter of every MLP's hidden units have (near) zero weights: they go first (before the
+    channels, whose norms are alike), and the budget is met."""
     src = setup['baseline']
+    state = {k: v.clone() for k, v in src['model'].state_dict().items()}
+    g = torch.Generator().manual_seed(2)
+    dead = {}
+    for k in [k for k in state if k.endswith('mlp.fc1.weight')]:
+        name = k[len('backbone.'):-len('.fc1.weight')]
+        idx = torch.randperm(state[k].shape[0], generator=g)[:state[k].shape[0] // 4]
+        state[k][idx] *= 1e-3
+        state[k.replace('fc1', 'fc2')][:, idx] *= 1e-3
+        dead[name] = set(idx.tolist())
+    ckpt = str(tmp_path / 'dead.pth')
+    torch.save({'state_dict': state}, ckpt)
     out = str(tmp_path / 'out')
     _load_tool('tools/export_subnet.py').main(
-        [src['config'], src['ckpt'], '--out', out, '--method', 'magnitude', '--target-flops',
-         '0.6', '--cfg-options', 'model.backbone.select_hidden=True'])
+        [src['config'], ckpt, '--out', out, '--method', 'magnitude', '--target-flops', '0.6',
+         '--cfg-options', 'model.backbone.select_hidden=True'])
     capsys.readouterr()
     spec = SubnetSpec.load(osp.join(out, 'subnet.json'))
     b = spec.meta['budget']
     assert b['normalize'] == 'mean' and b['ranked'] == 'channels and hidden units'
     assert b['measured']['flops']['ratio'] == pytest.approx(0.6, abs=0.01)
-    assert sum(h.kept for h in spec.hidden) < sum(h.dim for h in spec.hidden)
+    assert len(spec.hidden) == len(dead)
     for h in spec.hidden:
-        mlp = src['model'].backbone.get_submodule(h.name)
-        norms = (mlp.fc1.weight.detach().pow(2).sum(1) + mlp.fc2.weight.detach().pow(2).sum(0))
+        # the dead units went first (a few may come back at the end to fill the budget)
+        assert set(range(h.dim)) - dead[h.name] <= set(h.keep)
+        assert len(dead[h.name] & set(h.keep)) <= h.dim // 100
+        w1, w2 = state[f'backbone.{h.name}.fc1.weight'], state[f'backbone.{h.name}.fc2.weight']
+        norms = (w1.pow(2).sum(1) + w2.pow(2).sum(0))
         assert set(h.keep) == set(norms.argsort(descending=True)[:h.kept].tolist())
