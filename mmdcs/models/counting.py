@@ -216,9 +216,10 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
     hidden-unit selection, a copy with about half of every hidden-selected module's units and
     one with both. Every probe is counted once (one trace each for FLOPs) and broken down by
     module: a prunable module's count, and a hidden-selected module's, is bilinear in its own
-    D̃ and H̃, so the four corners give its coefficients exactly; a layer outside them whose
-    count changes with D̃ (MobileViT's projection conv, which reads the last transformer
-    layer's channels) is attributed to its block by its new shape. Nothing is assumed about how
+    D̃ and H̃, so the four corners give its coefficients exactly; an operation outside them
+    whose count changes with D̃ (MobileViT's projection conv, which reads the last transformer
+    layer's channels, and the interpolation of its fold where the patch does not divide the
+    map) is attributed to its block by the new shape of its layer. Nothing is assumed about how
     token counts scale with the input (patch unfolding, window padding, strides): every
     coefficient is measured at ``input_size``. A count that is not of that form (a module that
     depends on another block's width, a change that no layer explains) is an internal error.

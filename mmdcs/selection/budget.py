@@ -87,8 +87,9 @@ class LinearCost:
         return total + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
 
     def given_hidden(self, hidden_kept: Dict[str, float]) -> 'LinearCost':
-        """The count as a function of the channels alone, the hidden widths fixed (the export
-        to a budget keeps the searched hidden units and ranks the channels)."""
+        """The count as a function of the channels alone, the hidden widths fixed (what the
+        export to a budget ranked before it ranked hidden units too; kept for callers that fix
+        the hidden widths)."""
         h = dict(self.hidden_dims, **hidden_kept)
         coef = {n: c + self.pair.get(n, 0.) * float(h[self.pair_hidden[n]]) if n in self.pair
                 else c for n, c in self.coef.items()}
