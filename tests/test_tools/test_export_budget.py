@@ -289,3 +289,27 @@ def test_magnitude_ranks_hidden_units_with_normalised_norms(setup, tmp_path, cap
         w1, w2 = state[f'backbone.{h.name}.fc1.weight'], state[f'backbone.{h.name}.fc2.weight']
         norms = (w1.pow(2).sum(1) + w2.pow(2).sum(0))
         assert set(h.keep) == set(norms.argsort(descending=True)[:h.kept].tolist())
+
+
+def test_a_count_the_built_model_does_not_confirm_writes_nothing(setup, tmp_path, capsys,
+                                                                monkeypatch):
+    """The export measures the built pruned model with mmengine; a budget count that it does
+    not confirm (here a calibration made wrong on purpose) is refused, nothing written."""
+    import mmdcs.analysis.complexity as complexity
+    real = complexity.calibrate_cost
+
+    def off_by_1000(model, resource='flops', input_size=None):
+        cost = real(model, resource, input_size)
+        cost.const += 1000.
+        return cost
+
+    monkeypatch.setattr(complexity, 'calibrate_cost', off_by_1000)
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit) as e:
+        _load_tool('tools/export_subnet.py').main(
+            [setup['dcs']['config'], setup['dcs']['ckpt'], '--out', str(out), '--target-flops',
+             '0.7'])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'where the budget\'s count predicts' in err[0], err
+    assert not out.exists()
