@@ -227,3 +227,23 @@ def test_magnitude_hidden_norms_and_normalisation():
     s = normalize_scores(dict(a=torch.tensor([1., 3.]), b=torch.tensor([10., 30., 20.])), 'mean')
     assert torch.allclose(s['a'], torch.tensor([.5, 1.5], dtype=torch.float64))
     assert torch.allclose(s['b'], torch.tensor([.5, 1.5, 1.], dtype=torch.float64))
+
+
+def test_magnitude_hidden_norms_of_the_conv_ffns():
+    """An expanded channel of MobileViT's MV2 block / EfficientViT's MBConv: its expand filter,
+    depthwise filter and project column together."""
+    from mmdcs.models.backbones.efficientvit import EfficientViT
+    from mmdcs.models.backbones.mobilevit import MobileViT
+    from mmdcs.selection.budget import hidden_magnitude_scores
+    for model, convs in ((MobileViT('mobilevit-xs', 'dcs', select_hidden='all'),
+                          ('conv1_1x1', 'conv2_kxk', 'conv3_1x1')),
+                         (EfficientViT('efficientvit-b0', 'dcs', select_hidden='all'),
+                          ('inverted_conv', 'depth_conv', 'point_conv'))):
+        scores = hidden_magnitude_scores(model)
+        name = next(n for n in scores if not hasattr(model.get_submodule(n), 'fc1'))
+        m = model.get_submodule(name)
+        e, d, p = (getattr(m, c).conv.weight.detach() for c in convs)
+        i = 3
+        expect = torch.cat([e[i].flatten(), d[i].flatten(), p[:, i].flatten()]).norm()
+        assert torch.isclose(scores[name][i], expect)
+        assert scores[name].shape == (m.hidden_features, )
