@@ -15,7 +15,8 @@ from mmdcs.models.backbones.vit import ViT
 from mmdcs.selection import SubnetSpec, hidden_selectors, prunable_modules
 from mmdcs.selection.budget import alpha_scores, budget_subnet
 
-#: family → (builder, nominal size, a size that is not it (non-square), variant, hidden option)
+#: family → (builder, a size that is not its nominal one (non-square), the variant tested with
+#: hidden-unit selection (the other paper's is tested without), the select_hidden option)
 CASES = {
     # the patch grid of 48x32 is 3x2 instead of the nominal 2x2
     'vit': (lambda **k: ViT('deit-tiny', img_size=32, **k), (48, 32), 'kcr', True),
@@ -42,6 +43,10 @@ def _random_gates_(model, seed):
 @pytest.mark.parametrize('family', list(CASES))
 def test_count_is_exact_at_a_non_nominal_size(family, hidden, monkeypatch):
     build, size, variant, option = CASES[family]
+    # both papers' variants: DCS (Linear_θ, a constant) where the family's case is KCR and the
+    # reverse, on the channels-only case
+    if not hidden:
+        variant = {'kcr': 'dcs', 'dcs': 'kcr'}[variant]
     if family == 'swin':  # Swin-T's layout and windows at a quarter of its width: faster
         monkeypatch.setitem(Swin.arch_zoo, 'swin-t', dict(embed_dims=32, depths=(2, 2, 2, 2),
                                                           num_heads=(1, 2, 4, 8)))
