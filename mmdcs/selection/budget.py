@@ -476,7 +476,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                           target=float(budget), achieved=float(achieved),
                           achieved_ratio=cost.ratio(achieved), baseline=float(cost.baseline),
                           input_size=list(cost.input_size) if cost.input_size else None,
-                          ranked='channels and hidden units' if hidden else 'channels')
+                          ranked='channels and hidden units' if hidden and any(
+                              k in cost.hidden_dims for k in hidden_scores or {}) else 'channels')
     if normalize:
         meta['budget']['normalize'] = normalize
     if multiple_of > 1:
