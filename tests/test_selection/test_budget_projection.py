@@ -102,7 +102,8 @@ def test_a_cost_with_only_at_ranks_as_the_closed_form(budget):
     assert fast[2] == pytest.approx(generic[2], rel=1e-12)
 
 
-@pytest.mark.parametrize('budget, hidden', list(itertools.product([140., 200., 240.], [False, True])))
+@pytest.mark.parametrize('budget, hidden',
+                         list(itertools.product([140., 200., 240.], [False, True])))
 def test_projection_moves_only_the_alpha_that_change_side(budget, hidden):
     lin = _bilinear()
     torch.manual_seed(0)
