@@ -102,6 +102,13 @@ class SearchEpochLoader:
         return getattr(self.weight, name)
 
 
+def _progress(loop) -> Optional[float]:
+    it, total = getattr(loop, '_iter', None), getattr(loop, '_max_iters', None)
+    if it is None or not total:
+        return None
+    return min(1., it / total)
+
+
 @LOOPS.register_module()
 class AlternatingSearchLoop(EpochBasedTrainLoop):
     """Epoch-based loop of the search: weight steps on one part of the data, architecture steps
@@ -208,10 +215,7 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
     def progress(self) -> Optional[float]:
         """The share of the search done before the current step (iteration / max iterations);
         None for a loop that has no iteration counter (a step run outside ``run``)."""
-        it, total = getattr(self, '_iter', None), getattr(self, '_max_iters', None)
-        if it is None or not total:
-            return None
-        return min(1., it / total)
+        return _progress(self)
 
     def end_search(self) -> None:
         """After the last step: a model with a budget that asks for it (``cost.target.project``,
@@ -247,7 +251,7 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
         for w in optim_wrappers.values():
             w.zero_grad()
         module.step_kind = kind
-        module.search_progress = self.progress()
+        module.search_progress = _progress(self)
         try:
             with wrapper.optim_context(model):
                 data = module.data_preprocessor(data, True)
