@@ -5,6 +5,7 @@ import types
 
 import pytest
 import torch
+from mmengine.logging import MessageHub
 from mmengine.registry import DefaultScope
 
 from mmdcs.analysis.complexity import calibrate_cost, count_flops
@@ -57,12 +58,20 @@ def test_search_with_hidden_gates_meets_the_flops_target():
         weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
         arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
     loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
-    loop._runner = types.SimpleNamespace(model=model, optim_wrapper=optim)
+    loop._runner = types.SimpleNamespace(
+        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance('test_hidden'),
+        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
+    loop._iter, loop._max_iters = 0, 300
     model.train()
     g = torch.Generator().manual_seed(0)
     for _ in range(150):
         loop.train_step(cls_batch(g), 'weight')
+        loop._iter += 1
         loop.train_step(cls_batch(g), 'arch')
+        loop._iter += 1
+    # the search aimed at the target (the expected count), and ends on it (the projection)
+    assert float(model.budget_terms(update=False)['cost_ratio']) == pytest.approx(0.6, abs=0.05)
+    loop.end_search()
     lin = model._budget
     kept = {n: int((s.alpha > 0).sum()) for n, s in model._selectors.items()}
     hidden = {k: int((s.alpha > 0).sum()) for k, s in model._hidden_selectors.items()}
