@@ -317,7 +317,9 @@ def set_checkpoint_trust(args, cfg=None, complete: bool = False) -> None:
     resumed run (``cfg.resume``) the checkpoints that a run recorded in its work dir's digest
     manifest when it saved them. ``allow_partial_checkpoint = True`` in the config lets a load
     fill part of the weights it is meant to fill; ``complete`` (tools/test.py): a checkpoint
-    loaded into the whole model must fill all of it. Reset when :func:`user_errors` exits."""
+    loaded into the whole model must fill all of it. Setting it tells the checkpoint loader
+    that an mmdcs tool is in charge: a refusal names the tool's flag (otherwise, e.g. under
+    mmdet's own tools/train.py, the config key). Reset when :func:`user_errors` exits."""
     in_cfg = bool(cfg.get(TRUST_KEY, False)) if cfg is not None else False
     hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else \
         TRUST_FLAG
@@ -483,9 +485,6 @@ def user_errors() -> Iterator[None]:
     exit. ``MMDCS_TRACEBACK=1`` re-raises instead (for debugging)."""
     try:
         with trust_scope():
-            # an mmdcs tool is in charge: a refused checkpoint names its flag (under another
-            # tool, e.g. mmdet's own tools/train.py, the config key)
-            trust_checkpoints(hint=TRUST_FLAG)
             yield
     except UserError as e:
         print(f'error: {e}', file=sys.stderr)
