@@ -477,7 +477,7 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
     for err in errors:
         for m in _SIZE_MISMATCH.finditer(str(err)):
             shaped[m.group(1)] = (_shape(m.group(2)), _shape(m.group(3)))
-    missing = [k for k in missing if k in model_numel]
+    missing = {k for k in missing if k in model_numel}
     part = (lambda k: k.split('.', 1)[0])
     complete = whole_model and _state['complete']
     if whole_model and not complete:
@@ -485,7 +485,7 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
         meant = [k for k in model_numel if part(k) in given]
     else:
         meant = list(model_numel)
-    lost = set(missing) | set(shaped)
+    lost = missing | set(shaped)
     total = sum(model_numel[k] for k in meant)
     filled = sum(model_numel[k] for k in meant if k not in lost)
     n_missing = sum(1 for k in meant if k in missing)
