@@ -20,6 +20,7 @@ from _tools import digits_opts, load_tool  # noqa: E402 (tests/ is on sys.path)
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
 DET_CFG = 'configs/det/ssdlite_mobilevit-xs_200e_coco.py'
+SEG_CFG = 'configs/seg/upernet_swin-t_512x512_160k_ade20k.py'
 
 
 def _head(in_channels, num_classes=10):
@@ -144,31 +145,41 @@ def test_a_supernet_from_a_pretrained_baseline_loads(deit_ckpt):
                        ref['backbone.blocks.3.mlp.fc1.weight'])
 
 
-def test_detector_backbone_from_a_classifier_and_from_another_architecture(deit_ckpt,
-                                                                          tmp_path):
-    """An mmdet config's backbone ``init_cfg``: a classifier checkpoint of the same backbone
-    loads (its head is not the detector's); a DeiT checkpoint is refused, the message naming the
-    config key (no mmdcs tool is in charge here)."""
+@pytest.mark.parametrize('task,config', [('mmdet', DET_CFG), ('mmseg', SEG_CFG)])
+def test_downstream_backbone_from_a_classifier_and_from_another_architecture(task, config,
+                                                                            deit_ckpt, tmp_path):
+    """An mmdet / mmseg config's backbone ``init_cfg``: a classifier checkpoint of its backbone
+    loads (the classifier's head is not the downstream model's); a DeiT checkpoint is refused,
+    the message naming the config key (no mmdcs tool is in charge here)."""
+    import importlib
+
     from mmengine.config import Config
     from mmengine.registry import DefaultScope
-
-    import mmdet.utils
-    from mmdet.registry import MODELS
-    mmdet.utils.register_all_modules(init_default_scope=False)
-    cfg = Config.fromfile(osp.join(ROOT, DET_CFG))
+    importlib.import_module(f'{task}.utils').register_all_modules(init_default_scope=False)
+    MODELS = importlib.import_module(f'{task}.registry').MODELS
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    cfg.model.backbone.init_cfg = None
     torch.manual_seed(0)
-    classifier = _save(_build(MOBILEVIT), str(tmp_path / 'cls.pth'))
-    for ckpt, ok in ((classifier, True), (deit_ckpt, False)):
-        cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint=ckpt,
-                                           prefix='backbone.')
-        with DefaultScope.overwrite_default_scope('mmdet'):
-            model = MODELS.build(cfg.model)
-        if ok:
+    with DefaultScope.overwrite_default_scope(task):
+        model = MODELS.build(cfg.model)
+    state = {f'backbone.{k}': v + 1 if v.is_floating_point() else v
+             for k, v in model.backbone.state_dict().items()}
+    state['head.fc.weight'] = torch.zeros(10, 4)
+    classifier = str(tmp_path / 'classifier.pth')
+    torch.save({'state_dict': state, 'meta': {}}, classifier)
+    for ckpt in (classifier, deit_ckpt):
+        model.backbone.init_cfg = dict(type='Pretrained', checkpoint=ckpt, prefix='backbone.')
+        model.backbone._is_init = False
+        if ckpt == classifier:
             model.backbone.init_weights()
+            assert all(torch.equal(v, state[f'backbone.{k}'])
+                       for k, v in model.backbone.state_dict().items())
             continue
         with pytest.raises(MismatchedCheckpointError) as e:
             model.backbone.init_weights()
-        assert f'set `{PARTIAL_KEY} = True` in the config' in _one_line(e.value)
+        msg = _one_line(e.value)
+        assert msg.startswith(f'{deit_ckpt} does not fit {type(model.backbone).__name__}: ')
+        assert f'set `{PARTIAL_KEY} = True` in the config' in msg
 
 
 # ----------------------------------------------------------------------------- entry points
