@@ -488,6 +488,35 @@ def test_training_writes_checkpoints_atomically_never_through_a_symlink(tiny_dig
     assert 'resumed epoch: 1' in capsys.readouterr().out
 
 
+def test_atomic_write_replaces_a_link_keeps_the_old_file_on_failure_and_the_umask(tmp_path,
+                                                                                  monkeypatch):
+    """mmdcs/utils/files.py, under the checkpoint saving: a symlink at the name is replaced (its
+    target untouched); a failed write leaves the earlier file and no temporary file; the mode
+    is 0o666 less the umask."""
+    from mmdcs.utils.files import atomic_write
+    victim, link = str(tmp_path / 'victim'), str(tmp_path / 'out.pth')
+    with open(victim, 'w') as f:
+        f.write('precious')
+    os.symlink(victim, link)
+    umask = os.umask(0o077)
+    try:
+        atomic_write(link, b'new')
+    finally:
+        os.umask(umask)
+    assert not osp.islink(link) and open(link, 'rb').read() == b'new'
+    assert open(victim).read() == 'precious'
+    assert stat.S_IMODE(os.stat(link).st_mode) == 0o600
+
+    def fail(*args):
+        raise OSError('disk full')
+
+    monkeypatch.setattr(os, 'replace', fail)
+    with pytest.raises(OSError, match='disk full'):
+        atomic_write(link, b'newer')
+    assert open(link, 'rb').read() == b'new' and sorted(os.listdir(tmp_path)) == [
+        'out.pth', 'victim']
+
+
 # ----------------------------------------------------------------------------- other tools
 def test_outside_mmdcs_tools_the_refusal_names_the_config_key(evil, tmp_path):
     """mmdet's own tools/train.py has no --trust-checkpoint: a crafted init_cfg checkpoint of an
