@@ -463,9 +463,9 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
     what the load reported (``errors`` holds torch's "size mismatch for ..." lines).
     What the load is meant to fill: an ``init_cfg`` Pretrained load (into a backbone, after its
     prefix) every weight of that module; a load into a whole model (``load_from``, ``--resume``,
-    ``tools/test.py``'s CHECKPOINT: ``whole_model``) the weights of the model's parts
-    (``backbone``, ``neck``, ``head``, ...) that the checkpoint has, so that a head or neck a
-    downstream config adds stays at its initialisation; under ``tools/test.py`` (``complete``)
+    ``tools/test.py``'s CHECKPOINT: ``whole_model``) the weights of its ``backbone`` and of the
+    model's other parts (``neck``, ``head``, ...) that the checkpoint has, so that a head or neck
+    a downstream config adds stays at its initialisation; under ``tools/test.py`` (``complete``)
     every weight of the model. Refused: a mis-shaped tensor, a meant weight missing under
     ``complete``, or fewer than :data:`MIN_FILLED` of the meant values filled (counted in values,
     so that a few small new tensors, e.g. the gates of a supernet initialised from a pretrained
@@ -481,7 +481,8 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
     part = (lambda k: k.split('.', 1)[0])
     complete = whole_model and _state['complete']
     if whole_model and not complete:
-        given = {part(k) for k in loaded_keys}
+        # the backbone always; a neck or head only when the file has one
+        given = {part(k) for k in loaded_keys} | {'backbone'}
         meant = [k for k in model_numel if part(k) in given]
     else:
         meant = list(model_numel)
@@ -504,7 +505,7 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
     elif n_missing:
         detail = f' (e.g. {next(k for k in meant if k in missing)} missing)'
     parts = '' if not whole_model or complete else \
-        f' of its parts the file has ({", ".join(sorted({part(k) for k in meant})) or "none"})'
+        f' of its parts meant ({", ".join(sorted({part(k) for k in meant})) or "none"})'
     raise MismatchedCheckpointError(
         f'{_state["last_file"] or "the checkpoint"} does not fit {target}: {why}: '
         f'{n_matched} of the {len(meant)} tensors{parts} matched '

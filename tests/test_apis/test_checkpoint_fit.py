@@ -131,6 +131,12 @@ def test_a_part_the_checkpoint_lacks_stays_normal_except_for_a_test(tmp_path):
         '0 mis-shaped (e.g. head.fc.weight missing)' in _one_line(e.value)
     # the whole model's checkpoint is complete
     load_checkpoint(dst, _save(src, str(tmp_path / 'all.pth')), map_location='cpu')
+    # the backbone is always meant: a file of the head alone leaves it all at initialisation
+    trust_checkpoints(complete=False)
+    head = _save(src, str(tmp_path / 'head.pth'), keep=lambda k: k.startswith('head.'))
+    with pytest.raises(MismatchedCheckpointError, match=r'it fills few of the weights: 2 of the '
+                       r'\d+ tensors of its parts meant \(backbone, head\) matched'):
+        load_checkpoint(dst, head, map_location='cpu')
 
 
 def test_a_supernet_from_a_pretrained_baseline_loads(deit_ckpt):
