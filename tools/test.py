@@ -105,7 +105,7 @@ def main(argv=None):
         cfg = load_config(args.config)
         scope = prepare_task(cfg)
         cfg = merge_args(cfg, args, scope)
-        set_checkpoint_trust(args, cfg)
+        set_checkpoint_trust(args, cfg, complete=True)
         check_data_paths(cfg, ('test_dataloader', ))
         setup_cpu_distributed(cfg)
         runner = build_runner(cfg)

@@ -19,8 +19,8 @@ from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
 from mmdcs.selection.budget import BudgetError
 from mmdcs.utils import ConfigError, InputError, register_all_modules
-from mmdcs.utils.checkpoint import TRUST_FLAG, TRUST_KEY, CheckpointError, trust_checkpoints, \
-    trust_scope
+from mmdcs.utils.checkpoint import PARTIAL_KEY, TRUST_FLAG, TRUST_KEY, CheckpointError, \
+    trust_checkpoints, trust_scope
 
 #: default_scope -> (python package, pip requirement) of the task
 TASK_PACKAGES = {
@@ -311,16 +311,23 @@ def add_trust_flag(parser) -> None:
                         '(unpickling such a file can run code: only for files you trust)')
 
 
-def set_checkpoint_trust(args, cfg=None) -> None:
+def set_checkpoint_trust(args, cfg=None, complete: bool = False) -> None:
     """Which checkpoints may fall back to the unsafe loader (see mmdcs.utils.checkpoint):
     all of them with ``--trust-checkpoint`` or ``trust_checkpoint = True`` in the config; for a
-    resumed run (``cfg.resume``) the files inside its work dir. Reset when
-    :func:`user_errors` exits."""
+    resumed run (``cfg.resume``) the checkpoints that a run recorded in its work dir's digest
+    manifest when it saved them. ``allow_partial_checkpoint = True`` in the config lets a load
+    fill part of the weights it is meant to fill; ``complete`` (tools/test.py): a checkpoint
+    loaded into the whole model must fill all of it. Setting it tells the checkpoint loader
+    that an mmdcs tool is in charge: a refusal names the tool's flag (otherwise, e.g. under
+    mmdet's own tools/train.py, the config key). Reset when :func:`user_errors` exits."""
     in_cfg = bool(cfg.get(TRUST_KEY, False)) if cfg is not None else False
-    hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else None
+    hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else \
+        TRUST_FLAG
     resume_dir = cfg.get('work_dir', None) if cfg is not None and cfg.get('resume') else None
+    partial = bool(cfg.get(PARTIAL_KEY, False)) if cfg is not None else False
     trust_checkpoints(all=bool(getattr(args, 'trust_checkpoint', False)) or in_cfg,
-                      dirs=[resume_dir] if resume_dir else [], hint=hint)
+                      dirs=[resume_dir] if resume_dir else [], hint=hint, partial=partial,
+                      complete=complete)
 
 
 # ----------------------------------------------------------------------------- build errors
