@@ -103,11 +103,17 @@ class LinearCost:
         """The absolute budget of a target ratio; :class:`BudgetError` unless
         floor < ratio < 1 (ratios of the baseline)."""
         floor = self.ratio(self.floor)
+        given = ratio
         try:
             ratio = float(ratio)
         except (TypeError, ValueError):
             ratio = float('nan')
-        if not (floor < ratio < 1) or math.isnan(ratio):
+        if isinstance(given, bool) or math.isnan(ratio):
+            what = 'is empty' if isinstance(given, str) and not given.strip() else \
+                'is not a number'
+            raise BudgetError(f'{name} = {given!r} {what}: a {self.resource} target is a ratio '
+                              'of the baseline network\'s count (e.g. 0.7)')
+        if not (floor < ratio < 1):
             raise BudgetError(
                 f'{name} = {ratio:g} cannot be met: a {self.resource} target is a ratio of the '
                 f'baseline network\'s {self.resource} ({human(self.baseline)}'
