@@ -216,9 +216,3 @@ def test_theta_rank_that_factors_nothing_is_refused(rank, expected, capsys):
     model = build(143)  # below the widest: factored where it saves something
     ranks = {m.theta_rank for m in model.modules() if hasattr(m, 'theta_down')}
     assert 143 in ranks
-
-
-def test_theta_rank_without_qk_selection_is_refused(capsys):
-    from mmdcs.models.backbones.vit import ViT
-    with pytest.raises(ValueError, match='theta_rank = 4 needs a variant with Q/K selection'):
-        ViT(arch='deit-tiny', variant='kcr', theta_rank=4, img_size=32)
