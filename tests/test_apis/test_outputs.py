@@ -8,8 +8,7 @@ import pytest
 
 from mmdcs.apis.launch import UserError, user_errors
 from mmdcs.apis.outputs import (atomic_outputs, check_output_dir, check_output_file,
-                                place_file, refuse_overwrite, staged_directory, write_json,
-                                write_text)
+                                refuse_overwrite, staged_directory, write_json, write_text)
 
 SEARCH = 'configs/demo/dcs-mobilevit-xs_search_digits.py'
 
