@@ -42,7 +42,9 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mmdcs.apis.launch import ToolParser, non_negative_int, positive_int  # noqa: E402
+from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int,  # noqa: E402
+                               user_errors)
+from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 
 #: mmengine's training log lines: "Epoch(train)  [2][10/45] ... eta: 0:01:02" (epoch-based) and
@@ -453,7 +455,7 @@ class Demo:
                 print(f'| {label} | {key} | {shown} |')
 
 
-def main():
+def main(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
@@ -476,13 +478,16 @@ def main():
     parser.add_argument('--quick', action='store_true',
                         help='a smoke run of every step: 1 epoch of each classification run, '
                         '1 detection epoch, 20 segmentation iterations')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.epochs is None:
         args.epochs = 4 if args.peers else 3
     if args.train_images is None:
         args.train_images = 0 if args.peers else 1000
     if args.quick:
         args.epochs, args.det_epochs, args.seg_iters = 1, 1, 20
+    with user_errors():  # before any step: the two directories the demo writes into
+        check_output_dir(args.work_dir, '--work-dir')
+        check_output_dir(args.data, '--data')
     demo = Demo(args)
     t0 = time.time()
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)

@@ -141,6 +141,7 @@ def test_benchmark_onnx_json_never_replaced_or_followed(capsys, tmp_path):
                                      '{file}']),
     ('tools/analysis/plot_logs.py', ['run', '--out-dir', '{file}']),
     ('tools/train.py', [CLS, '--work-dir', '{file}']),
+    ('tools/demo.py', ['--work-dir', '{file}']),
 ])
 def test_a_file_where_a_directory_is_expected(tool, argv, capsys, tmp_path):
     path = tmp_path / 'a_file'
