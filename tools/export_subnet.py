@@ -27,8 +27,6 @@ channels and hidden units ranked by the L2 norm of their weights (an MLP channel
 and fc2 row; a hidden unit's fc1 row and fc2 column), each relative to its block's / module's
 mean, per unit of cost. subnet.json records the target and the achieved params/FLOPs.
 """
-import argparse
-import os
 import os.path as osp
 import sys
 
@@ -37,22 +35,22 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_int,
+                               positive_size, set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
+                                refuse_overwrite)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         description='Export the subnet (subnet.json + pruned checkpoint) of a DCS/KCR supernet')
     parser.add_argument('config', help='the config the supernet was trained with')
     parser.add_argument('checkpoint', help='the supernet checkpoint')
     parser.add_argument('--out', required=True, help='output directory')
-    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+    parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help='input size H [W] for the FLOPs (default: the config\'s input '
                         'size, else the backbone\'s nominal size)')
-    parser.add_argument('--multiple-of', type=int, default=1, metavar='N',
+    parser.add_argument('--multiple-of', type=positive_int, default=1, metavar='N',
                         help='round every kept width D̃ up to a multiple of N (e.g. 8: faster '
                         'matrix multiplies); the added channels start with zero weights, so the '
                         'pruned model still gives the supernet\'s output')
@@ -66,7 +64,7 @@ def parse_args(argv=None):
                         help='rank channels by the searched α (default) or by weight magnitude '
                         '(a baseline checkpoint; needs a target)')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
+        '--cfg-options', nargs='+', action=ConfigOptions,
         help='override settings of the config, key=value')
     parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
                         help='file format of the pruned weights (DIR/pruned.FORMAT)')
@@ -102,6 +100,7 @@ def export(args) -> dict:
         raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
     subnet_path = osp.join(args.out, 'subnet.json')
     ckpt_path = osp.join(args.out, f'pruned.{getattr(args, "format", "pth")}')
+    check_output_dir(args.out, '--out')
     refuse_overwrite((subnet_path, ckpt_path), getattr(args, 'force', False))
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
@@ -185,7 +184,6 @@ def export(args) -> dict:
         out = _outputs(pruned, x, classifier)
         max_diff = max(float((a - b).abs().max()) for a, b in zip(ref, out))
 
-    os.makedirs(args.out, exist_ok=True)
     src_meta = ckpt.get('meta', None) or {}
     meta = dict(
         mmdcs_version=mmdcs.__version__, subnet=spec.to_dict(),
@@ -196,7 +194,8 @@ def export(args) -> dict:
     if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
         meta['dataset_meta'] = src_meta['dataset_meta']
     # both files or neither, never a half-written one (temporary files renamed at the end)
-    with atomic_outputs(subnet_path, ckpt_path) as (subnet_tmp, ckpt_tmp):
+    with atomic_outputs(subnet_path, ckpt_path, force=getattr(args, 'force', False)) as (
+            subnet_tmp, ckpt_tmp):
         spec.save(subnet_tmp)
         save_pruned_checkpoint(ckpt_tmp, state, meta)
 

@@ -159,11 +159,17 @@ class LinearCost:
         floor = self.ratio(self.floor_at(m))
         full = self.ratio(self.ceiling)
         ceiling = 1. if full >= 1. - 1e-9 else full
+        given = ratio
         try:
             ratio = float(ratio)
         except (TypeError, ValueError):
             ratio = float('nan')
-        if not (floor < ratio < ceiling) or math.isnan(ratio):
+        if isinstance(given, bool) or math.isnan(ratio):
+            what = 'is empty' if isinstance(given, str) and not given.strip() else \
+                'is not a number'
+            raise BudgetError(f'{name} = {given!r} {what}: a {self.resource} target is a ratio '
+                              'of the baseline network\'s count (e.g. 0.7)')
+        if not (floor < ratio < ceiling):
             hidden = ' and hidden-selected module' if self.hidden_dims else ''
             group = ('one channel' + (' or hidden unit' if self.hidden_dims else '')
                      if m == 1 else f'one group of {m} (--multiple-of)')
