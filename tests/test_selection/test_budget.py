@@ -18,8 +18,11 @@ def test_linear_cost_floor_ceiling_and_check():
     assert c.ceiling == 100 + 80 + 160 and c.floor == 100 + 10 + 40
     assert c.check_target(0.5, 'x') == 200.
     # every channel kept counts 0.85 of the baseline: the ceiling (0.9 would be undershot)
-    for bad in (0.3, 0.9, 1.0, 0., -1., 'a'):
+    for bad in (0.3, 0.9, 1.0, 0., -1.):
         with pytest.raises(BudgetError, match=r'floor 0\.3750.*ceiling 0\.8500'):
+            c.check_target(bad, 'cost.target.flops')
+    for bad, what in (('a', 'is not a number'), ('', 'is empty')):
+        with pytest.raises(BudgetError, match=what):
             c.check_target(bad, 'cost.target.flops')
     c.baseline = 340.
     with pytest.raises(BudgetError, match=r'floor 0\.4412.*ceiling 1 \(the baseline'):
