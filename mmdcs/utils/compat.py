@@ -13,12 +13,21 @@ way. The message hub's ``HistoryBuffer`` is made to pickle its data only
 (:func:`patch_history_buffer_pickling`), so that the training checkpoints mmdcs writes load
 weights-only.
 
+Two more patches of mmengine's checkpoint handling, for every Runner (mmdcs's tools and mmdet's /
+mmseg's own): its ``load_state_dict`` (every load of a checkpoint into a module: ``load_from``,
+``--resume``, ``tools/test.py``, ``init_cfg`` Pretrained) refuses, in one line, a load that fills
+few of the weights it is meant to fill or fills them with tensors of another shape
+(:func:`mmdcs.utils.checkpoint.check_loaded`), where mmengine only logs a warning; its
+``save_checkpoint`` and ``CheckpointHook``'s ``last_checkpoint`` write atomically and never through
+a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's sha256 is recorded in the directory's
+manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a ``--resume`` trusts.
+
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
 and testing crash; :func:`patch_mmdet_ssd_head` sets ``SSDHead.loss_cls = None``, which selects the
 softmax branch SSD had before mmdet 3.3.
 
-Both are applied in one place, :func:`apply_compat_patches`, which :mod:`mmdcs.registry` calls
+All are applied in one place, :func:`apply_compat_patches`, which :mod:`mmdcs.registry` calls
 when it is imported (i.e. whenever an mmdcs module is built or an mmdcs tool runs). The SSDHead
 patch does not depend on the order of imports: if mmdet's ``ssd_head`` module is not imported
 yet, an import hook patches it the moment it is.
