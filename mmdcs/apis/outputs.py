@@ -14,7 +14,8 @@ half-written, with the permissions the user's umask gives.
   and no half file; the temporary directory is removed;
 * :func:`staged_directory` — the same for a tool that writes several files into a directory
   (figures, tables);
-* :func:`write_text`, :func:`write_json` — one text file that way;
+* :func:`write_text`, :func:`write_json` — one text file that way; :func:`write_texts` —
+  several (a table and its JSON), all or none;
 * :func:`place_file` — the primitive: moves a finished file to its name without following a
   symlink planted there, without replacing an existing file unless ``force`` (then the link or
   file itself is replaced, never what a link points to), mode ``0o666 & ~umask``.
@@ -33,13 +34,13 @@ import os.path as osp
 import shutil
 import tempfile
 from contextlib import contextmanager
-from typing import Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional
 
 from .launch import UserError
 
 __all__ = ['add_force_argument', 'refuse_overwrite', 'atomic_outputs', 'staged_directory',
-           'write_text', 'write_json', 'check_output_file', 'check_output_dir', 'place_file',
-           'current_umask']
+           'write_text', 'write_json', 'write_texts', 'check_output_file', 'check_output_dir',
+           'place_file', 'current_umask']
 
 #: prefix of the private temporary directories (hidden, beside the results)
 TEMP_PREFIX = '.mmdcs-tmp-'
@@ -208,3 +209,12 @@ def write_json(path: str, obj, force: bool = False, **kwargs) -> None:
     """``json.dump`` to ``path`` atomically."""
     kwargs.setdefault('indent', 1)
     write_text(path, json.dumps(obj, **kwargs) + '\n', force=force)
+
+
+def write_texts(contents: Dict[str, str], force: bool = False) -> None:
+    """Write each ``{path: text}`` (None paths skipped) — all of them, or none on an error."""
+    contents = {p: t for p, t in contents.items() if p}
+    with atomic_outputs(*contents, force=force) as temps:
+        for tmp, text in zip(temps, contents.values()):
+            with open(tmp, 'w') as f:
+                f.write(text)

@@ -8,7 +8,8 @@ import pytest
 
 from mmdcs.apis.launch import UserError, user_errors
 from mmdcs.apis.outputs import (atomic_outputs, check_output_dir, check_output_file,
-                                refuse_overwrite, staged_directory, write_json, write_text)
+                                refuse_overwrite, staged_directory, write_json, write_text,
+                                write_texts)
 
 SEARCH = 'configs/demo/dcs-mobilevit-xs_search_digits.py'
 
@@ -67,6 +68,17 @@ def test_staged_directory_refuses_before_moving_anything(tmp_path):
     with staged_directory(str(tmp_path), force=True) as stage:
         write_json(osp.join(stage, 'b.png'), {'x': 1})
     assert _files(tmp_path) == ['b.png'] and '"x": 1' in (tmp_path / 'b.png').read_text()
+
+
+def test_write_texts_all_or_none(tmp_path):
+    """A table and its JSON (latency, ib_kc_report): both or neither."""
+    (tmp_path / 'r.json').write_text('earlier')
+    with pytest.raises(UserError, match='r.json already exists'):
+        write_texts({str(tmp_path / 't.md'): 'table', str(tmp_path / 'r.json'): '{}',
+                     None: 'skipped'})
+    assert _files(tmp_path) == ['r.json']
+    write_texts({str(tmp_path / 't.md'): 'table', str(tmp_path / 'r.json'): '{}'}, force=True)
+    assert (tmp_path / 't.md').read_text() == 'table' and (tmp_path / 'r.json').read_text() == '{}'
 
 
 def test_never_written_through_a_symlink(tmp_path):

@@ -23,6 +23,7 @@ average, L2-normalised) and the labels Y give
 
 CHECKPOINT may be `none` (random weights, for a smoke test).
 """
+import json
 import os.path as osp
 import sys
 import time
@@ -36,7 +37,7 @@ from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_f
                                positive_float, positive_int, set_checkpoint_trust, unit_ratio,
                                user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
-                                write_json, write_text)
+                                write_texts)
 
 
 def parse_args(argv=None):
@@ -111,10 +112,8 @@ def main(argv=None):
                   f'{time.perf_counter() - t0:.0f} s', flush=True)
         text = format_report(reports)
         print('\n' + text)
-        if args.out:
-            write_text(args.out, text + '\n', force=args.force)
-        if args.json:
-            write_json(args.json, reports, force=args.force)
+        write_texts({args.out: text + '\n', args.json: json.dumps(reports, indent=1) + '\n'},
+                    args.force)
         return reports
 
 

@@ -40,6 +40,7 @@ unchanged / added / outside) with the latency ratio expected if the narrowed mod
 FLOPs ratio; --theta-fusion (DCS) qkv and Linear_θ as two matmuls vs one. While timing, glibc
 keeps freed memory for reuse (--system-malloc: leave the allocator as it is).
 """
+import json
 import os.path as osp
 import sys
 import time
@@ -53,7 +54,7 @@ from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, non_negativ
                                non_negative_int, positive_int, positive_size, unit_ratio,
                                user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
-                                write_json, write_text)
+                                write_texts)
 
 
 def parse_args(argv=None):
@@ -298,10 +299,9 @@ def run(args):
     text += '\n\n' + environment_note()
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
-    if args.out:
-        write_text(args.out, text + '\n', force=args.force)
-    if args.json:
-        write_json(args.json, dict(rows=rows, profiles=profiles), force=args.force)
+    write_texts({args.out: text + '\n',
+                 args.json: json.dumps(dict(rows=rows, profiles=profiles), indent=1) + '\n'},
+                args.force)
     return rows
 
 

@@ -21,7 +21,6 @@ with --arch the PyTorch count (mmengine) is printed beside it.
 """
 import os
 import os.path as osp
-import shutil
 import statistics
 import sys
 import tempfile
@@ -139,9 +138,6 @@ def export_pair(args, work_dir: str) -> dict:
 
 
 def run(args) -> list:
-    import numpy as np
-
-    from mmdcs.apis.deploy import onnx_macs, ort_session
     if args.arch is None and (args.baseline is None or args.pruned is None):
         raise UserError('give BASELINE.onnx PRUNED.onnx, or --arch ARCH')
     if args.arch is not None and args.baseline is not None:
@@ -154,11 +150,19 @@ def run(args) -> list:
                                         for n in ('baseline', 'pruned')], args.force)
     else:
         refuse_overwrite([args.json], args.force)
+    if args.arch is not None and not args.work_dir:
+        # the exported files live as long as the run, whatever ends it
+        with tempfile.TemporaryDirectory(prefix='mmdcs_bench_onnx_') as tmp:
+            return _run(args, tmp)
+    return _run(args, args.work_dir)
+
+
+def _run(args, work_dir) -> list:
+    import numpy as np
+
+    from mmdcs.apis.deploy import onnx_macs, ort_session
     pair = None
-    tmp = None
     if args.arch is not None:
-        work_dir = args.work_dir or tempfile.mkdtemp(prefix='mmdcs_bench_onnx_')
-        tmp = None if args.work_dir else work_dir
         pair = export_pair(args, work_dir)
         paths = dict(baseline=pair['baseline']['path'], pruned=pair['pruned']['path'])
     else:
@@ -206,8 +210,6 @@ def run(args) -> list:
         write_json(args.json, dict(paths=paths, macs=macs, rows=rows, repeats=args.repeats,
                                    date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())),
                    force=args.force)
-    if tmp is not None:
-        shutil.rmtree(tmp, ignore_errors=True)
     return rows
 
 
