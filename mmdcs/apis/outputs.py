@@ -27,7 +27,6 @@ Every tool that writes a user's result file goes through these (``tools/export_s
 ``--json`` / ``--out-dir`` files). An ``OSError`` while placing a file is reported as one line
 naming the result (``cannot write ...``).
 """
-import errno
 import json
 import os
 import os.path as osp
@@ -35,6 +34,8 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from typing import Dict, Iterable, Iterator, List, Optional
+
+from mmdcs.utils.files import current_umask, place
 
 from .launch import UserError
 
@@ -50,13 +51,6 @@ def add_force_argument(parser) -> None:
     """``--force``: replace result files that already exist (refused otherwise)."""
     parser.add_argument('--force', action='store_true',
                         help='overwrite result files that already exist (refused otherwise)')
-
-
-def current_umask() -> int:
-    """The process's umask (read without changing it for longer than two calls)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def refuse_overwrite(paths: Iterable[Optional[str]], force: bool = False) -> None:
@@ -113,33 +107,18 @@ def _cannot_write(path: str, e: OSError) -> UserError:
 
 
 def place_file(tmp: str, path: str, force: bool = False) -> None:
-    """Move the finished file ``tmp`` to ``path`` (same file system) with mode
-    ``0o666 & ~umask``. Without ``force`` an existing ``path`` — a file, a directory, a
-    (dangling) symlink — is refused (:class:`UserError`), atomically (a hard link, then the
-    temporary name is removed); with ``force`` ``path`` itself is replaced (``os.replace``: a
-    symlink there is replaced by the file, what it points to is not touched)."""
+    """Move the finished file ``tmp`` to ``path`` (:func:`mmdcs.utils.files.place`: mode
+    ``0o666 & ~umask``, never through a symlink). Without ``force`` an existing ``path`` — a
+    file, a directory, a (dangling) symlink — is refused (:class:`UserError`), atomically; with
+    ``force`` ``path`` itself is replaced (a symlink there is replaced by the file, what it
+    points to is not touched). Any other ``OSError`` is one line naming ``path``."""
     try:
-        os.chmod(tmp, (0o777 if osp.isdir(tmp) else 0o666) & ~current_umask())
-        if force:
-            if osp.isdir(path) and not osp.islink(path):
-                raise UserError(f'cannot write {path}: it is a directory')
-            os.replace(tmp, path)
-            return
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            refuse_overwrite([path])
-            raise
-        except OSError as e:  # a file system without hard links: check, then rename
-            if e.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK,
-                               errno.ENOSYS):
-                raise
-            refuse_overwrite([path])
-            os.rename(tmp, path)
-            return
-        os.unlink(tmp)
-    except UserError:
+        place(tmp, path, replace=force)
+    except FileExistsError:
+        refuse_overwrite([path])
         raise
+    except IsADirectoryError:
+        raise UserError(f'cannot write {path}: it is a directory')
     except OSError as e:
         raise _cannot_write(path, e) from e
 

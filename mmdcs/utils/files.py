@@ -12,12 +12,16 @@ Whether an existing target may be replaced is the caller's decision (the tools r
 checkpoints). This module is plumbing (layer 2): the engine's checkpoint saving and the tools'
 result files both use it.
 """
+import errno
 import os
 import os.path as osp
 import secrets
 from typing import Union
 
-__all__ = ['atomic_write', 'new_temp_file']
+__all__ = ['atomic_write', 'new_temp_file', 'place', 'current_umask']
+
+#: errors of a file system without hard links (place() then checks and renames)
+_NO_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS)
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_NOFOLLOW', 0) | \
     getattr(os, 'O_BINARY', 0)
@@ -36,6 +40,43 @@ def _open_temp(path: str):
             return tmp, os.open(tmp, _FLAGS, 0o666)
         except FileExistsError:  # pragma: no cover  (a clash of 32 random bits)
             continue
+
+
+def current_umask() -> int:
+    """The process's umask (read without changing it for longer than two calls)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def place(tmp: str, path: str, replace: bool = False) -> None:
+    """Move the finished file (or directory) ``tmp`` to ``path`` on the same file system, with
+    mode ``0o666`` (a directory ``0o777``) less the umask, never through a symlink at ``path``.
+
+    ``replace=False``: an existing ``path`` — a file, a directory, a (dangling) symlink — is
+    refused with :class:`FileExistsError`, atomically (a hard link to ``path``, then ``tmp``
+    is removed; on a file system without hard links: a check, then a rename).
+    ``replace=True``: ``path`` itself is replaced (``os.replace``: a symlink there is replaced
+    by the file, what it points to is never touched); a directory at ``path`` is refused with
+    :class:`IsADirectoryError`."""
+    os.chmod(tmp, (0o777 if osp.isdir(tmp) else 0o666) & ~current_umask())
+    if replace:
+        if osp.isdir(path) and not osp.islink(path):
+            raise IsADirectoryError(errno.EISDIR, 'it is a directory', path)
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        if osp.lexists(path):
+            raise FileExistsError(errno.EEXIST, 'it exists', path) from e
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 def new_temp_file(path: str) -> str:
@@ -57,7 +98,7 @@ def atomic_write(path: str, data: Union[bytes, str]) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        place(tmp, path, replace=True)
     except BaseException:
         if osp.lexists(tmp):
             os.remove(tmp)

@@ -318,6 +318,10 @@ def test_export_convert_and_analysis_tools_refuse_a_crafted_checkpoint(evil, cor
         'tools/analysis/ib_kc_report.py': [CLS_CFG, path],
         'tools/analysis/vis_cam.py': ['--model', CLS_CFG, path, '--images', images,
                                       '--num-images', '1', '--out', osp.join(out, 'c.png')],
+        # the deployment tools read checkpoints too: their refusal names their own flag
+        'tools/deployment/pytorch2onnx.py': [CLS_CFG, path, '--out', osp.join(out, 'm.onnx')],
+        'tools/deployment/test_onnx.py': [CLS_CFG, path, path, '--cfg-options',
+                                          f'test_dataloader.dataset.data_root={images}'],
     }
     for tool, args in calls.items():
         code, err = _main(tool, args, capsys)

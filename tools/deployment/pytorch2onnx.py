@@ -26,8 +26,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, positive_float,
-                                positive_int, positive_size, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
+                                positive_float, positive_int, positive_size,
+                                set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite
 
 
@@ -58,6 +59,7 @@ def parse_args(argv=None):
                         'max |value|')
     parser.add_argument('--seed', type=int, default=0, help='seed of the check input')
     add_cfg_options(parser)
+    add_trust_flag(parser)
     add_force_argument(parser)
     return parser.parse_args(argv)
 
@@ -78,6 +80,7 @@ def build(args):
     if args.opset < 7:
         raise UserError(f'--opset must be a valid ONNX opset (>= 7), got {args.opset}')
     cfg, scope = load_task_config(args.config, args.cfg_options)
+    set_checkpoint_trust(args, cfg)
     model = build_model(cfg.model, scope)
     if args.checkpoint:
         load_model_checkpoint(model, args.checkpoint)

@@ -20,8 +20,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, non_negative_float,
-                                non_negative_int, positive_int, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
+                                non_negative_float, non_negative_int, positive_int,
+                                set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
@@ -38,6 +39,7 @@ def parse_args(argv=None):
                    help='onnxruntime intra-op threads (0: all cores)')
     p.add_argument('--json', help='write both metrics to this file')
     add_cfg_options(p)
+    add_trust_flag(p)
     add_force_argument(p)
     return p.parse_args(argv)
 
@@ -74,6 +76,7 @@ def run(args) -> dict:
     if not osp.isfile(args.onnx):
         raise UserError(f'ONNX file not found: {args.onnx}')
     cfg, scope = load_task_config(args.config, args.cfg_options)
+    set_checkpoint_trust(args, cfg)
     check_data_paths(cfg, ('test_dataloader', ))
     model = build_model(cfg.model, scope)
     load_model_checkpoint(model, args.checkpoint)
