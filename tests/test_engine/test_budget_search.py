@@ -163,6 +163,16 @@ def test_target_config_errors():
         _classifier(dict(flops=0.7, params=0.7))
     with pytest.raises(ValueError, match='replaces λ·log cost'):
         _classifier(dict(flops=0.7), weight=0.2)
+    with pytest.raises(ValueError, match=r'ramp is a share of the search in \[0, 1\]'):
+        _classifier(dict(flops=0.7, ramp=1.5))
+    with pytest.raises(ValueError, match='project must be True or False'):
+        _classifier(dict(flops=0.7, project='yes'))
+
+
+def test_project_false_leaves_the_search_as_it_ended():
+    model = _classifier(dict(flops=0.6, project=False), gate_init=1.0)
+    _, _, logged = _search(model, 3)
+    assert _deployed_ratio(model) > 0.9 and not logged  # 3 steps: nothing pruned yet
 
 
 def test_train_tool_refuses_an_unreachable_target_in_one_line(run_tool, tiny_digits, tmp_path):

@@ -60,7 +60,7 @@ class ChannelSelectionClassifier(ImageClassifier):
             constant of the cost. Needs a backbone with architecture parameters (a DCS/KCR
             supernet). ``target=dict(flops=0.7)`` (or ``params=``): aim at that ratio of the
             baseline network's count instead of weighing λ·log cost (``weight`` and ``mode``
-            then do not apply): the search minimises CE + μ·(E[count]/budget − 1) with μ set
+            then do not apply): the search minimises CE + μ·v(E[count]) with μ set
             by dual ascent (:meth:`budget_terms`, method.md §11), the budget lowered from 1 to R
             over the first part of the search, and ends on the budget
             (:meth:`project_to_budget`, called by the search loop).
@@ -168,8 +168,13 @@ class ChannelSelectionClassifier(ImageClassifier):
         self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
         # select_hidden: the hidden gates enter the count bilinearly (E[D̃]·E[H̃])
         self._hidden_selectors = hidden_selectors(self.backbone)
+        # the violation is measured in units of what the search can change (every channel kept
+        # minus one per block): the same ρ and c for a backbone whose selected widths are most
+        # of its count (DeiT's MLPs) and one where they are a small share (MobileViT's)
+        scale = linear.ceiling - linear.floor
         return dict(resource=resource, ratio=float(target[resource]), budget=budget, rho=rho,
-                    penalty=penalty, ramp=ramp, project=project, input_size=linear.input_size)
+                    penalty=penalty, ramp=ramp, project=project, scale=scale,
+                    input_size=linear.input_size)
 
     def _build_regularizer(self, regularizer: dict):
         cfg = dict(regularizer)
@@ -232,9 +237,9 @@ class ChannelSelectionClassifier(ImageClassifier):
 
     def budget_terms(self, update: bool = True) -> Dict[str, torch.Tensor]:
         """The budget as a constraint on the expected count by a Lagrange multiplier μ
-        (method of multipliers, docs/budgets.md). With v = E[count]/budget − 1 (E[D̃] = Σ σ(α):
-        the count of the stochastic supernet the weights are trained with, smooth in α) the
-        loss is ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). While the
+        (method of multipliers, docs/budgets.md). With v = (E[count] − budget) / (ceiling −
+        floor) (E[D̃] = Σ σ(α): the count of the stochastic supernet the weights are trained
+        with, smooth in α; the violation in units of the range the selection spans) the loss is ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). While the
         target is still being lowered (the first ``ramp`` of the search) the constraint is
         E[count] ≤ budget: μ ← max(0, μ + ρ·v) and the quadratic term only above the budget;
         then it is the equality the user asked for. The deployed network ({α > 0}) is put on the
@@ -250,7 +255,7 @@ class ChannelSelectionClassifier(ImageClassifier):
                                 for n, s in self._selectors.items()},
                                {k: int((s.alpha.detach() > 0).sum())
                                 for k, s in self._hidden_selectors.items()})
-        violation = expected / budget - 1
+        violation = (expected - budget) / t['scale']
         mu = self.cost_mu.detach().clone()
         quad = violation.clamp(min=0) if ramping else violation
         out = {'loss_budget': mu * violation + 0.5 * t['penalty'] * quad**2,
