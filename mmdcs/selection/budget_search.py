@@ -27,6 +27,8 @@ from typing import Dict, Optional, Protocol, Tuple
 import torch
 from torch import Tensor
 
+from .budget import CHANNELS, HIDDEN, select_units_to_budget
+
 
 class BudgetCost(Protocol):
     """What the search and its projection need of a budget's cost model."""
@@ -56,41 +58,49 @@ def scheduled_ratio(target: float, start: float, progress: Optional[float],
     return float(start) + (float(target) - float(start)) * frac
 
 
-def _marginal(cost, kind: str, name: str, kept: Dict[str, int], hidden: Dict[str, int],
-              users: Dict[str, list]) -> float:
-    """What removing one unit (a channel of block ``name``, or a hidden unit of module
-    ``name``) saves at the widths ``kept`` / ``hidden``."""
-    if hasattr(cost, 'coef') and hasattr(cost, 'pair'):  # LinearCost: closed form
-        if kind == 'channel':
-            saving = cost.coef[name]
-            if name in cost.pair:
-                saving += cost.pair[name] * hidden[cost.pair_hidden[name]]
-            return float(saving)
-        saving = cost.hidden_coef.get(name, 0.)
-        return float(saving + sum(cost.pair[n] * kept[n] for n in users.get(name, ())))
-    before = cost.at(kept, hidden)
-    if kind == 'channel':
-        after = cost.at(dict(kept, **{name: kept[name] - 1}), hidden)
-    else:
-        after = cost.at(kept, dict(hidden, **{name: hidden[name] - 1}))
-    return float(before - after)
+def _unit_cost(cost):
+    """(unit dims, count(widths), marginal(unit, widths)) of a budget's cost over the units
+    ``(CHANNELS, block)`` and ``(HIDDEN, path)``: the closed forms of a ``LinearCost``; for any
+    other :class:`BudgetCost` (only ``at()``), from ``at()`` (a marginal is the count of one
+    element less)."""
+    if all(hasattr(cost, a) for a in ('unit_dims', 'count', 'marginal')):
+        return cost.unit_dims(), cost.count, cost.marginal
+    dims = {(CHANNELS, n): int(d) for n, d in cost.dims.items()}
+    dims.update(((HIDDEN, k), int(h)) for k, h in (getattr(cost, 'hidden_dims', {}) or {}).items())
+
+    def count(widths):
+        kept = {n: widths.get((CHANNELS, n), d) for (kind, n), d in dims.items()
+                if kind == CHANNELS}
+        hidden = {n: widths.get((HIDDEN, n), d) for (kind, n), d in dims.items()
+                  if kind == HIDDEN}
+        return float(cost.at(kept, hidden))
+
+    def marginal(unit, widths):
+        w = dict(dims)
+        w.update(widths)
+        less = dict(w)
+        less[unit] = w[unit] - 1
+        return count(w) - count(less)
+
+    return dims, count, marginal
 
 
 def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
                    hidden_scores: Optional[Dict[str, Tensor]] = None
                    ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], float]:
-    """The kept channels (and hidden units) that meet ``budget`` from below, ranked jointly.
+    """The kept channels (and hidden units) that meet ``budget`` from below, ranked jointly:
+    the export's greedy (:func:`~mmdcs.selection.budget.select_units_to_budget`, one element
+    at a time) on any :class:`BudgetCost`.
 
-    Starting from every unit kept, the unit with the lowest score per unit of marginal cost
+    Starting from every unit kept, the element with the lowest score per unit of marginal cost
     (score / what removing it saves, at the current widths: with hidden selection a channel
     saves ``coef + pair·H̃`` and a hidden unit ``hidden_coef + pair·D̃``, so the two kinds trade
-    against each other as the widths shrink) is dropped, one at a time, until the count is at
-    most ``budget``; every block keeps at least one channel and every hidden-selected module one
-    hidden unit. The last unit dropped may have saved more than needed: the dropped units that
-    still fit are then taken back, best score per unit of cost first, so the count ends below
-    the budget by less than the cost of any unit that could be taken back. Within a block the
-    units go in score order (lowest first); ties go by name, then index, so the result is
-    deterministic (identical on every DDP rank).
+    against each other as the widths shrink) is dropped until the count is at most ``budget``;
+    every block keeps at least one channel and every hidden-selected module one hidden unit
+    (near the budget, a removal that would end more than 0.1 % of the baseline below it gives
+    way to a finer one); the dropped elements that still fit are then taken back, best score per unit of cost first.
+    Ties go by the units' order, then index, so the result is deterministic (identical on every
+    DDP rank).
 
     Args:
         cost: a :class:`BudgetCost` (e.g. ``LinearCost``).
@@ -101,69 +111,20 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
     Returns:
         (block name → kept channel indices, path → kept hidden indices, the count).
     """
-    hidden_scores = hidden_scores or {}
-    orders, kept, hidden = {}, {}, {}
-    for kind, table, widths in (('channel', scores, kept), ('hidden', hidden_scores, hidden)):
-        for name, s in table.items():
-            s = torch.as_tensor(s, dtype=torch.float64).flatten()
-            order = s.argsort(stable=True)  # ascending: the first is dropped first
-            orders[kind, name] = (order, s[order])
-            widths[name] = int(s.numel())
-    # fixed hidden widths of modules without a hidden selector
-    full_hidden = dict(getattr(cost, 'hidden_dims', {}) or {})
-    full_hidden.update(hidden)
-    users: Dict[str, list] = {}
-    for n, k in (getattr(cost, 'pair_hidden', {}) or {}).items():
-        users.setdefault(k, []).append(n)
-    count = cost.at(kept, full_hidden)
-    dropped = {key: 0 for key in orders}
-    while count > budget:
-        best = None
-        for (kind, name), (_, sorted_scores) in orders.items():
-            widths = kept if kind == 'channel' else full_hidden
-            if widths[name] <= 1:
-                continue
-            saving = _marginal(cost, kind, name, kept, full_hidden, users)
-            if saving <= 0:
-                continue
-            value = float(sorted_scores[dropped[kind, name]]) / saving
-            key = (value, kind, name)
-            if best is None or key < best[0]:
-                best = (key, kind, name, saving)
-        if best is None:  # nothing left to drop: the floor is above the budget
-            break
-        _, kind, name, saving = best
-        dropped[kind, name] += 1
-        (kept if kind == 'channel' else full_hidden)[name] -= 1
-        count = cost.at(kept, full_hidden) if not hasattr(cost, 'coef') else count - saving
-    # the last unit dropped may have saved more than needed: take back, best score per unit of
-    # cost first, the dropped units that still fit (each block's best dropped one at a time)
-    while True:
-        best = None
-        for (kind, name), (_, sorted_scores) in orders.items():
-            if dropped[kind, name] == 0:
-                continue
-            widths = dict(kept) if kind == 'channel' else dict(full_hidden)
-            widths[name] += 1
-            extra = _marginal(cost, kind, name, *((widths, full_hidden) if kind == 'channel'
-                                                  else (kept, widths)), users)
-            if count + extra > budget:
-                continue
-            key = (-float(sorted_scores[dropped[kind, name] - 1]) / max(extra, 1e-300), kind,
-                   name)
-            if best is None or key < best[0]:
-                best = (key, kind, name, extra)
-        if best is None:
-            break
-        _, kind, name, extra = best
-        dropped[kind, name] -= 1
-        (kept if kind == 'channel' else full_hidden)[name] += 1
-        count = cost.at(kept, full_hidden) if not hasattr(cost, 'coef') else count + extra
-    count = float(cost.at(kept, full_hidden))
-    keep_c = {n: orders['channel', n][0][dropped['channel', n]:].sort().values for n in scores}
-    keep_h = {n: orders['hidden', n][0][dropped['hidden', n]:].sort().values
-              for n in hidden_scores}
-    return keep_c, keep_h, count
+    dims, count, marginal = _unit_cost(cost)
+    units = {(CHANNELS, n): torch.as_tensor(s, dtype=torch.float64).flatten()
+             for n, s in scores.items()}
+    units.update(((HIDDEN, k), torch.as_tensor(s, dtype=torch.float64).flatten())
+                 for k, s in (hidden_scores or {}).items())
+    # as the export: a last removal may end up to 0.1 % of the baseline below the budget before
+    # the greedy looks for a finer one
+    keep = select_units_to_budget(units, dims, count, marginal, budget,
+                                  tolerance=1e-3 * abs(float(cost.baseline)))
+    widths = {u: len(k) for u, k in keep.items()}
+    keep_c = {n: torch.as_tensor(keep[(CHANNELS, n)], dtype=torch.long) for n in scores}
+    keep_h = {k: torch.as_tensor(keep[(HIDDEN, k)], dtype=torch.long)
+              for k in (hidden_scores or {})}
+    return keep_c, keep_h, float(count(widths))
 
 
 @torch.no_grad()

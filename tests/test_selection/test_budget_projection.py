@@ -79,7 +79,8 @@ def test_joint_ranking_trades_channels_against_hidden_units():
     keep, keep_h, count = rank_to_budget(lin, scores, 0.8 * full, hidden)
     assert count == lin.at({n: len(k) for n, k in keep.items()},
                            {k: len(v) for k, v in keep_h.items()}) <= 0.8 * full
-    assert len(keep_h['ha']) < 6 and len(keep['a']) == 8
+    # (near the budget a cheap channel of a may fill it more closely than a third hidden unit)
+    assert len(keep_h['ha']) <= 4 and len(keep['a']) >= 6 and len(keep['b']) == 4
     # below what channels alone can reach with every hidden unit kept: joint ranking gets there
     floor_channels = lin.at(dict(a=1, b=1))
     budget = floor_channels - 1
