@@ -42,6 +42,10 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int,  # noqa: E402
+                               user_errors)
+from mmdcs.apis.outputs import check_output_dir  # noqa: E402
+
 
 #: mmengine's training log lines: "Epoch(train)  [2][10/45] ... eta: 0:01:02" (epoch-based) and
 #: "Iter(train) [ 40/300] ... eta: ..." (iteration-based)
@@ -118,7 +122,9 @@ def run(cmd, log_path, epochs=None):
     print('$ ' + ' '.join(cmd), flush=True)
     t0 = time.time()
     progress = Progress(log_path, epochs)
-    with open(log_path, 'w') as log:
+    # the step's log, streamed: not through a symlink planted under its name
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+    with os.fdopen(fd, 'w') as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
             while proc.poll() is None:
@@ -449,22 +455,21 @@ class Demo:
                 print(f'| {label} | {key} | {shown} |')
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None):
+    parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
     # the length of the main demo (≤ 10 min on 2 cores is the aim): 3 epochs on the first 1,000
     # of the 1,438 training digits per classification run, 6 SSDLite epochs, 150 FPN iterations;
     # --peers: 4 epochs on all the digits (a DeiT from scratch needs them)
-    parser.add_argument('--epochs', type=int, default=None,
+    parser.add_argument('--epochs', type=positive_int, default=None,
                         help='epochs of every classification run (default: 3; --peers: 4)')
-    parser.add_argument('--train-images', type=int, default=None, metavar='N',
+    parser.add_argument('--train-images', type=non_negative_int, default=None, metavar='N',
                         help='train the classifiers on the first N training images (0: all; '
                         'default: 1000; --peers: all)')
-    parser.add_argument('--det-epochs', type=int, default=6,
+    parser.add_argument('--det-epochs', type=positive_int, default=6,
                         help='SSDLite epochs (default: %(default)s)')
-    parser.add_argument('--seg-iters', type=int, default=150,
+    parser.add_argument('--seg-iters', type=positive_int, default=150,
                         help='Semantic-FPN iterations (default: %(default)s)')
     parser.add_argument('--peers', action='store_true',
                         help='instead of the main job: compare DCS, KCR, magnitude pruning, OFB '
@@ -473,13 +478,16 @@ def main():
     parser.add_argument('--quick', action='store_true',
                         help='a smoke run of every step: 1 epoch of each classification run, '
                         '1 detection epoch, 20 segmentation iterations')
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.epochs is None:
         args.epochs = 4 if args.peers else 3
     if args.train_images is None:
         args.train_images = 0 if args.peers else 1000
     if args.quick:
         args.epochs, args.det_epochs, args.seg_iters = 1, 1, 20
+    with user_errors():  # before any step: the two directories the demo writes into
+        check_output_dir(args.work_dir, '--work-dir')
+        check_output_dir(args.data, '--data')
     demo = Demo(args)
     t0 = time.time()
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)

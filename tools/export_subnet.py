@@ -16,14 +16,17 @@ and prints how to use the subnet in a config.
 
 With ``--target-flops R`` (or ``--target-params R``) the export meets a budget instead: R times
 the baseline network's count (the same arch without selection, at the same input size; the
-whole classifier, or the backbone of other tasks), channels ranked globally by sigmoid(α) per
-unit of cost and kept greedily until the budget (method.md §11). ``--method magnitude`` is the
+whole classifier, or the backbone of other tasks), counted exactly at that input size. The
+channels of every block and, with hidden-unit selection (``select_hidden``), the hidden units of
+every hidden-selected module are ranked jointly by sigmoid(α) / sigmoid(β) per unit of marginal
+cost and removed greedily from full width until the budget is met (method.md §11; within ±1 %
+of the baseline, or one line and exit 2 with nothing written). ``--method magnitude`` is the
 baseline to beat: the same budget from a plain baseline checkpoint (CONFIG a baseline or
-supernet config), channels ranked by the L2 norm of their weights (an MLP channel's fc1 column
-and fc2 row) per unit of cost. subnet.json records the target and the achieved params/FLOPs.
+supernet config; ``--cfg-options model.backbone.select_hidden=True`` ranks hidden units too),
+channels and hidden units ranked by the L2 norm of their weights (an MLP channel's fc1 column
+and fc2 row; a hidden unit's fc1 row and fc2 column), each relative to its block's / module's
+mean, per unit of cost. subnet.json records the target and the achieved params/FLOPs.
 """
-import argparse
-import os
 import os.path as osp
 import sys
 
@@ -32,22 +35,22 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_int,
+                               positive_size, set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
+                                refuse_overwrite)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         description='Export the subnet (subnet.json + pruned checkpoint) of a DCS/KCR supernet')
     parser.add_argument('config', help='the config the supernet was trained with')
     parser.add_argument('checkpoint', help='the supernet checkpoint')
     parser.add_argument('--out', required=True, help='output directory')
-    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+    parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help='input size H [W] for the FLOPs (default: the config\'s input '
                         'size, else the backbone\'s nominal size)')
-    parser.add_argument('--multiple-of', type=int, default=1, metavar='N',
+    parser.add_argument('--multiple-of', type=positive_int, default=1, metavar='N',
                         help='round every kept width D̃ up to a multiple of N (e.g. 8: faster '
                         'matrix multiplies); the added channels start with zero weights, so the '
                         'pruned model still gives the supernet\'s output')
@@ -61,7 +64,7 @@ def parse_args(argv=None):
                         help='rank channels by the searched α (default) or by weight magnitude '
                         '(a baseline checkpoint; needs a target)')
     parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
+        '--cfg-options', nargs='+', action=ConfigOptions,
         help='override settings of the config, key=value')
     parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
                         help='file format of the pruned weights (DIR/pruned.FORMAT)')
@@ -97,6 +100,7 @@ def export(args) -> dict:
         raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
     subnet_path = osp.join(args.out, 'subnet.json')
     ckpt_path = osp.join(args.out, f'pruned.{getattr(args, "format", "pth")}')
+    check_output_dir(args.out, '--out')
     refuse_overwrite((subnet_path, ckpt_path), getattr(args, 'force', False))
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
@@ -124,12 +128,20 @@ def export(args) -> dict:
                  if not bool((m.select.alpha > 0).any())]
     else:
         from mmdcs.analysis.complexity import calibrate_cost
-        from mmdcs.selection.budget import alpha_scores, budget_subnet, magnitude_scores
+        from mmdcs.selection.budget import (alpha_scores, budget_subnet, hidden_alpha_scores,
+                                            hidden_magnitude_scores, magnitude_scores)
         counted = model if classifier else backbone
         costs = {r: calibrate_cost(counted, r, shape) for r in ('flops', 'params')}
-        scores = magnitude_scores(backbone) if magnitude else alpha_scores(backbone)
+        if magnitude:  # weight norms, each block's / module's relative to its own mean
+            scores, hidden_scores = (magnitude_scores(backbone),
+                                     hidden_magnitude_scores(backbone))
+        else:
+            scores, hidden_scores = alpha_scores(backbone), hidden_alpha_scores(backbone)
+        # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
         spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant, scores,
-                             costs[resource], target, args.multiple_of, method=args.method,
+                             costs[resource], target, args.multiple_of,
+                             hidden_scores=hidden_scores,
+                             normalize='mean' if magnitude else None, method=args.method,
                              **meta)
         empty = []
 
@@ -158,6 +170,12 @@ def export(args) -> dict:
             r: dict(baseline=costs[r].baseline, pruned=counted[2 if r == 'flops' else 1],
                     ratio=counted[2 if r == 'flops' else 1] / costs[r].baseline)
             for r in ('flops', 'params')}
+        measured = spec.meta['budget']['measured'][resource]['pruned']
+        predicted = spec.meta['budget']['achieved']
+        if abs(measured - predicted) > 1e-6 * max(1., abs(predicted)):
+            raise UserError(f'internal: the built pruned model counts {measured:.0f} '
+                            f'{resource} where the budget\'s count predicts {predicted:.0f}; '
+                            'nothing written (please report this)')
     max_diff = None
     if not args.no_verify and costs is None:
         g = torch.Generator().manual_seed(0)
@@ -166,7 +184,6 @@ def export(args) -> dict:
         out = _outputs(pruned, x, classifier)
         max_diff = max(float((a - b).abs().max()) for a, b in zip(ref, out))
 
-    os.makedirs(args.out, exist_ok=True)
     src_meta = ckpt.get('meta', None) or {}
     meta = dict(
         mmdcs_version=mmdcs.__version__, subnet=spec.to_dict(),
@@ -177,7 +194,8 @@ def export(args) -> dict:
     if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
         meta['dataset_meta'] = src_meta['dataset_meta']
     # both files or neither, never a half-written one (temporary files renamed at the end)
-    with atomic_outputs(subnet_path, ckpt_path) as (subnet_tmp, ckpt_tmp):
+    with atomic_outputs(subnet_path, ckpt_path, force=getattr(args, 'force', False)) as (
+            subnet_tmp, ckpt_tmp):
         spec.save(subnet_tmp)
         save_pruned_checkpoint(ckpt_tmp, state, meta)
 
@@ -253,7 +271,7 @@ def load_baseline_checkpoint(model, checkpoint):
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
     state = {k[7:] if k.startswith('module.') else k: v for k, v in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    selection = ('.qk_select.', '.select.', 'gate.tau')
+    selection = ('.qk_select.', '.select.', '.hidden_select.', 'gate.tau')
     missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
     if missing or unexpected:
         raise UserError(f'{checkpoint} does not fit the config\'s model: missing keys '

@@ -15,9 +15,7 @@ from ``arch.json`` alone, loads ``compact.pth`` into it and checks that it gives
 supernet's eval output; it prints params and FLOPs (``mmdcs.analysis.complexity``, multiply-
 accumulates) of the unpruned and the compact classifier and how to fine-tune.
 """
-import argparse
 import copy
-import os
 import os.path as osp
 import sys
 
@@ -26,25 +24,25 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_size,
+                               set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
+                                refuse_overwrite)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         description='Export the compact network (arch.json + compact.pth) of an OFB search')
     parser.add_argument('config', help='the search config')
     parser.add_argument('checkpoint', help='a checkpoint of the search')
     parser.add_argument('--out', required=True, help='output directory')
-    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+    parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help="input size H [W] for the FLOPs and the check (default: the "
                         "backbone's img_size)")
     parser.add_argument('--no-verify', action='store_true',
                         help='skip the check that the compact network gives the masked '
                         "supernet's output")
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                         help='override settings of the config, key=value')
     parser.add_argument('--format', choices=('pth', 'safetensors'), default='pth',
                         help='file format of the compact weights (DIR/compact.FORMAT)')
@@ -126,7 +124,9 @@ def export(args) -> dict:
     set_checkpoint_trust(args)
     arch_path = osp.join(args.out, 'arch.json')
     ckpt_path = osp.join(args.out, f'compact.{getattr(args, "format", "pth")}')
+    check_output_dir(args.out, '--out')
     refuse_overwrite((arch_path, ckpt_path), getattr(args, 'force', False))
+    shape = shape_arg(args.shape)
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     model = build_model(cfg.model, scope)
@@ -139,7 +139,6 @@ def export(args) -> dict:
                         'search space: nothing to export')
     ckpt = load_model_checkpoint(model, args.checkpoint)
     model.eval()
-    shape = shape_arg(args.shape)
     if shape is None:
         shape = tuple(backbone.img_size) if not isinstance(backbone.img_size, int) else \
             (backbone.img_size, backbone.img_size)
@@ -157,9 +156,9 @@ def export(args) -> dict:
     meta = export_meta(args.config, args.checkpoint, sha)
     arch = backbone.export_arch(**meta, search_finished=was_finished,
                                 groups_discretised=discretised)
-    os.makedirs(args.out, exist_ok=True)
-    # both files or neither, never a half-written one (temporary files renamed at the end)
-    with atomic_outputs(arch_path, ckpt_path) as (arch_tmp, ckpt_tmp):
+    # both files or neither, never a half-written one (temporary files moved at the end)
+    with atomic_outputs(arch_path, ckpt_path, force=getattr(args, 'force', False)) as (
+            arch_tmp, ckpt_tmp):
         save_arch(arch, arch_tmp)
         compact, rows, diffs, ok = _compact(args, cfg, scope, model, backbone, arch, meta, ckpt,
                                             arch_tmp, ckpt_tmp, x, full_shape, ref_masked,

@@ -7,7 +7,6 @@
 An existing --out / --metrics-out file is not overwritten unless --force; both are written
 atomically (temporary file + rename).
 """
-import argparse
 import os
 import os.path as osp
 import sys
@@ -17,13 +16,15 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import ConfigDict, DictAction
+from mmengine.config import ConfigDict
 
-from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
-                                load_config, prepare_task, process_group_scope, run_program,
-                                set_checkpoint_trust, set_work_dir, setup_cpu_distributed,
-                                user_errors)
-from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite, write_json
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
+                                build_runner, check_data_paths, load_config, prepare_task,
+                                process_group_scope, run_program, set_checkpoint_trust,
+                                set_work_dir, setup_cpu_distributed, user_errors,
+                                watch_new_paths)
+from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
+                                check_output_file, refuse_overwrite, write_json)
 
 #: visualization hook of each task, for --show-dir
 VIS_HOOKS = {'mmpretrain': 'VisualizationHook', 'mmdcs': 'VisualizationHook',
@@ -31,7 +32,7 @@ VIS_HOOKS = {'mmpretrain': 'VisualizationHook', 'mmdcs': 'VisualizationHook',
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Test (evaluate) a model')
+    parser = ToolParser(description='Test (evaluate) a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--work-dir', help='the directory to save the metrics file')
@@ -44,9 +45,7 @@ def parse_args(argv=None):
                         'config)')
     parser.add_argument('--amp', action='store_true', help='fp16 inference')
     parser.add_argument('--no-pin-memory', action='store_true')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings of the config, key=value')
+    add_cfg_options(parser)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -102,23 +101,30 @@ def main(argv=None):
     with user_errors():
         if args.out and not args.out.endswith(('.pkl', '.pickle')):
             raise UserError('--out must be a .pkl or .pickle file')
+        check_output_file(args.out, '--out')
+        check_output_file(args.metrics_out, '--metrics-out')
         refuse_overwrite([args.out, args.metrics_out], args.force)
         cfg = load_config(args.config)
         scope = prepare_task(cfg)
         cfg = merge_args(cfg, args, scope)
-        set_checkpoint_trust(args, cfg)
+        set_checkpoint_trust(args, cfg, complete=True)
+        # pre-flight: nothing is created before these pass, and a run refused later (a value
+        # a constructor refuses, a checkpoint) removes the work dir / log it created
+        check_output_dir(cfg.work_dir, 'work_dir (--work-dir or the config\'s work_dir)')
         check_data_paths(cfg, ('test_dataloader', ))
+        watch_new_paths(cfg.work_dir)
         with process_group_scope():  # destroyed at the end, also after an error
             setup_cpu_distributed(cfg)
             runner = build_runner(cfg)
             outputs = [args.out] if args.out else []
-            with atomic_outputs(*outputs) as temps:
+            with atomic_outputs(*outputs, force=args.force) as temps:
                 if args.out:
                     from mmengine.evaluator import DumpResults
                     runner.test_evaluator.metrics.append(DumpResults(out_file_path=temps[0]))
                 metrics = runner.test()
         if args.metrics_out and runner.rank == 0:
-            write_json(args.metrics_out, {k: float(v) for k, v in metrics.items()})
+            write_json(args.metrics_out, {k: float(v) for k, v in metrics.items()},
+                       force=args.force)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,6 @@
 The task is read from the config's ``default_scope``; everything trains through mmengine's
 Runner, as in mmpretrain's and mmdet's ``tools/train.py`` (same arguments).
 """
-import argparse
 import os
 import os.path as osp
 import sys
@@ -17,16 +16,18 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmengine.config import ConfigDict, DictAction
+from mmengine.config import ConfigDict
 
-from mmdcs.apis.launch import (UserError, add_trust_flag, build_runner, check_data_paths,
-                                enable_amp, load_config, prepare_task, process_group_scope,
-                                run_program, set_checkpoint_trust, set_work_dir,
-                                setup_cpu_distributed, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
+                                build_runner, check_data_paths, check_schedule, enable_amp,
+                                load_config, prepare_task, process_group_scope, run_program,
+                                set_checkpoint_trust, set_work_dir, setup_cpu_distributed,
+                                user_errors, watch_new_paths)
+from mmdcs.apis.outputs import check_output_dir
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Train a model (mmpretrain/mmdet/mmseg config)')
+    parser = ToolParser(description='Train a model (mmpretrain/mmdet/mmseg config)')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument(
@@ -42,9 +43,7 @@ def parse_args(argv=None):
                         help='disable pin_memory in the dataloaders')
     parser.add_argument('--no-persistent-workers', action='store_true',
                         help='disable persistent_workers in the dataloaders')
-    parser.add_argument(
-        '--cfg-options', nargs='+', action=DictAction,
-        help='override settings of the config, key=value (e.g. train_cfg.max_epochs=2)')
+    add_cfg_options(parser)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
@@ -106,7 +105,12 @@ def main(argv=None):
         prepare_task(cfg)
         cfg = merge_args(cfg, args)
         set_checkpoint_trust(args, cfg)
+        # pre-flight: nothing is created before these pass, and a run refused later (a value
+        # a constructor refuses, a checkpoint) removes the work dir / log it created
+        check_output_dir(cfg.work_dir, 'work_dir (--work-dir or the config\'s work_dir)')
         check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
+        check_schedule(cfg)
+        watch_new_paths(cfg.work_dir)
         with process_group_scope():  # destroyed at the end, also after an error
             setup_cpu_distributed(cfg)
             runner = build_runner(cfg)

@@ -34,10 +34,8 @@ export and the parity check succeeded, so a failed export never leaves a file un
 requested name.
 """
 import json
-import os
 import os.path as osp
 import re
-import tempfile
 import time
 import warnings
 from contextlib import contextmanager
@@ -47,6 +45,7 @@ import torch
 import torch.nn as nn
 
 from .launch import UserError
+from .outputs import atomic_outputs, place_file
 
 #: the default ONNX opset (what torch 2.14's dynamo exporter targets)
 DEFAULT_OPSET = 18
@@ -285,14 +284,6 @@ def _quiet():
             yield buf
 
 
-def _tmp_path(out: str) -> str:
-    d = osp.dirname(osp.abspath(out)) or '.'
-    os.makedirs(d, exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=f'.{osp.basename(out)}.', suffix='.tmp', dir=d)
-    os.close(fd)
-    return path
-
-
 def export_onnx(wrapper: ExportWrapper, example: torch.Tensor, path: str,
                 opset: int = DEFAULT_OPSET, dynamic_batch: bool = False,
                 exporter: str = 'dynamo', metadata: Optional[Dict[str, str]] = None
@@ -430,34 +421,31 @@ def export_and_check(wrapper: ExportWrapper, example: torch.Tensor, out: str,
                      opset: int = DEFAULT_OPSET, dynamic_batch: bool = False,
                      exporter: str = 'dynamo', rtol: float = DEFAULT_RTOL,
                      check_inputs: Optional[torch.Tensor] = None, check: bool = True,
-                     metadata: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """Export to a temp file next to ``out``, check it with onnxruntime against PyTorch, then
-    rename it to ``out``. On an export failure nothing is left; on a parity failure the file is
-    kept as ``out + '.parity-failed'`` (for inspection, never under ``out``) and
-    :class:`ParityError` is raised.
+                     metadata: Optional[Dict[str, str]] = None,
+                     force: bool = True) -> Dict[str, Any]:
+    """Export to a temporary file beside ``out``, check it with onnxruntime against PyTorch,
+    then move it to ``out`` (:func:`mmdcs.apis.outputs.atomic_outputs`: never through a
+    symlink, mode ``0o666 & ~umask``; an existing ``out`` is replaced only with ``force``, else
+    :class:`~mmdcs.apis.launch.UserError`). On an export failure nothing is left; on a parity
+    failure the file is kept as ``out + '.parity-failed'`` (for inspection, never under
+    ``out``) and :class:`ParityError` is raised.
 
     Returns dict(export info, parity rows, graph summary, path)."""
-    tmp = _tmp_path(out)
-    try:
+    with atomic_outputs(out, force=force) as (tmp, ):
         info = export_onnx(wrapper, example, tmp, opset, dynamic_batch, exporter, metadata)
         rows = parity(wrapper, tmp, example if check_inputs is None else check_inputs,
                       rtol) if check else []
         summary = graph_summary(tmp)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
-    bad = [r for r in rows if not r['ok']]
-    if bad:
-        kept = out + '.parity-failed'
-        os.replace(tmp, kept)
-        worst = max(bad, key=lambda r: r.get('rel', float('inf')))
-        raise ParityError(
-            f"onnxruntime differs from PyTorch on output {worst['name']}: max abs diff "
-            f"{worst['max_abs']:.3g} > {rtol:g} x scale {worst['scale']:.3g}"
-            + (f" ({worst['note']})" if 'note' in worst else '')
-            + f'; the model was kept as {kept} (not {out})')
-    os.replace(tmp, out)
+        bad = [r for r in rows if not r['ok']]
+        if bad:
+            kept = out + '.parity-failed'
+            place_file(tmp, kept, force=True)
+            worst = max(bad, key=lambda r: r.get('rel', float('inf')))
+            raise ParityError(
+                f"onnxruntime differs from PyTorch on output {worst['name']}: max abs diff "
+                f"{worst['max_abs']:.3g} > {rtol:g} x scale {worst['scale']:.3g}"
+                + (f" ({worst['note']})" if 'note' in worst else '')
+                + f'; the model was kept as {kept} (not {out})')
     return dict(info, parity=rows, summary=summary, path=out)
 
 

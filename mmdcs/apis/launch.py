@@ -5,22 +5,26 @@ runner.
 One ``tools/train.py`` serves mmpretrain, mmdet and mmseg configs: they all train through
 mmengine's ``Runner``; what differs is which package registers the config's unprefixed types.
 """
+import argparse
 import difflib
 import importlib
 import inspect
 import os
 import os.path as osp
 import re
+import shutil
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Tuple
+
+from mmengine.config import DictAction
 
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
 from mmdcs.selection.budget import BudgetError
 from mmdcs.utils import ConfigError, InputError, register_all_modules
-from mmdcs.utils.checkpoint import TRUST_FLAG, TRUST_KEY, CheckpointError, trust_checkpoints, \
-    trust_scope
+from mmdcs.utils.checkpoint import PARTIAL_KEY, TRUST_FLAG, TRUST_KEY, CheckpointError, \
+    trust_checkpoints, trust_scope
 
 #: default_scope -> (python package, pip requirement) of the task
 TASK_PACKAGES = {
@@ -33,6 +37,104 @@ TASK_PACKAGES = {
 
 class UserError(Exception):
     """A problem with the user's input (config, paths, arguments): reported in one message."""
+
+
+# ----------------------------------------------------------------------------- arguments
+class ToolParser(argparse.ArgumentParser):
+    """The tools' argument parser: a bad argument is one line on stderr, ``error: argument
+    --shape: ...`` (with a pointer to ``--help``), exit code 2 — the same form as every other
+    refused input (:func:`user_errors`), instead of argparse's usage block."""
+
+    def error(self, message: str):
+        print(f'error: {message} (see {self.prog} --help)', file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(text: str, kind: type, what: str):
+    """``text`` as an int or float; argparse's one-line refusal of an empty or non-numeric
+    value (``not a number``), naming what is expected."""
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError(f'the value is empty; expected {what}')
+    try:
+        value = kind(text)
+    except ValueError:
+        try:
+            float(text)
+            problem = 'is not an integer'
+        except ValueError:
+            problem = 'is not a number'
+        raise argparse.ArgumentTypeError(f'{text!r} {problem}; expected {what}') from None
+    if value != value:  # nan
+        raise argparse.ArgumentTypeError(f'{text!r} is not a number; expected {what}')
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a size or count (an image side, a batch, repeats): an integer ≥ 1."""
+    value = _number(text, int, 'an integer ≥ 1')
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'must be an integer ≥ 1, got {value}')
+    return value
+
+
+#: the argparse type of every ``--shape H [W]`` / ``--size N`` (an image side in pixels)
+positive_size = positive_int
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type of a count that may be 0 (warm-up rounds; threads, 0 = all cores)."""
+    value = _number(text, int, 'an integer ≥ 0')
+    if value < 0:
+        raise argparse.ArgumentTypeError(f'must be an integer ≥ 0, got {value}')
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type of a scale or tolerance: a finite number > 0."""
+    value = _number(text, float, 'a number > 0')
+    if not 0 < value < float('inf'):
+        raise argparse.ArgumentTypeError(f'must be a number > 0, got {text}')
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type of a tolerance that may be 0: a finite number ≥ 0."""
+    value = _number(text, float, 'a number ≥ 0')
+    if not 0 <= value < float('inf'):
+        raise argparse.ArgumentTypeError(f'must be a number ≥ 0, got {text}')
+    return value
+
+
+def unit_ratio(text: str) -> float:
+    """argparse type of a kept ratio: a number in (0, 1]."""
+    value = _number(text, float, 'a ratio in (0, 1]')
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f'must be a ratio in (0, 1], got {text}')
+    return value
+
+
+class ConfigOptions(DictAction):
+    """``--cfg-options KEY=VALUE ...`` of every tool: mmengine's ``DictAction`` (the same value
+    parsing: numbers, booleans, lists, tuples), refusing in one line, exit 2, an item without
+    ``=`` or without a key (``--cfg-options ""``) instead of a traceback. An empty value
+    (``model.backbone.tau=``) stays the empty string; where a number is expected,
+    :func:`user_errors` says so."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for item in values:
+            key, sep, _ = item.partition('=')
+            if not sep or not key.strip() or any(c.isspace() for c in key.strip('. ')):
+                parser.error(f'argument {option_string or "--cfg-options"}: {item!r} is not '
+                             'KEY=VALUE (e.g. train_cfg.max_epochs=2; quote a value with '
+                             'spaces or brackets)')
+        super().__call__(parser, namespace, values, option_string)
+
+
+def add_cfg_options(parser) -> None:
+    """The ``--cfg-options`` argument (:class:`ConfigOptions`)."""
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions, metavar='KEY=VALUE',
+                        help='override settings of the config, key=value (e.g. '
+                        'train_cfg.max_epochs=2)')
 
 
 #: the config the tool loaded last (:func:`load_config`): where :func:`user_errors` looks up
@@ -211,6 +313,31 @@ def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
         raise UserError('missing data: ' + ' | '.join(dict.fromkeys(problems)))
 
 
+def check_schedule(cfg) -> None:
+    """Pre-flight of a retraining with a regulariser (``model.regularizer``): its warm-up
+    ``t_warm`` must be below ``train_cfg.max_epochs``, else the term would never be used —
+    refused before the runner is built (no work dir, no environment dump), naming the two
+    options to change. (:class:`~mmdcs.engine.RegularizerHook` checks it again when training
+    starts, for a runner built otherwise.)"""
+    model = cfg.get('model', None)
+    reg = model.get('regularizer', None) if isinstance(model, dict) else None
+    train_cfg = cfg.get('train_cfg', None) or {}
+    if not isinstance(reg, dict) or not isinstance(train_cfg, dict):
+        return
+    t_warm, max_epochs = reg.get('t_warm', 0), train_cfg.get('max_epochs', None)
+    if isinstance(t_warm, bool) or not isinstance(t_warm, int) or isinstance(
+            max_epochs, bool) or not isinstance(max_epochs, int) or t_warm < 0:
+        return  # not epochs, or a bad value: the constructors say what is wrong
+    if t_warm >= max_epochs:
+        kind = reg.get('type', 'regularizer')
+        raise UserError(
+            f'model.regularizer.t_warm = {t_warm} is not below train_cfg.max_epochs = '
+            f'{max_epochs}: the {kind} term would never be used. Set a shorter warm-up '
+            f'(--cfg-options model.regularizer.t_warm={max(max_epochs - 1, 0)}) or more epochs '
+            f'(--cfg-options train_cfg.max_epochs={t_warm + 2}); the term is computed from the '
+            'state refreshed at the end of an epoch, so it acts from the second epoch on')
+
+
 def set_work_dir(cfg, config_path: str, work_dir: Optional[str]) -> None:
     """work_dir priority: CLI > config > ./work_dirs/<config name> (as mmpretrain/mmdet)."""
     if work_dir is not None:
@@ -385,16 +512,23 @@ def add_trust_flag(parser) -> None:
                         '(unpickling such a file can run code: only for files you trust)')
 
 
-def set_checkpoint_trust(args, cfg=None) -> None:
+def set_checkpoint_trust(args, cfg=None, complete: bool = False) -> None:
     """Which checkpoints may fall back to the unsafe loader (see mmdcs.utils.checkpoint):
     all of them with ``--trust-checkpoint`` or ``trust_checkpoint = True`` in the config; for a
-    resumed run (``cfg.resume``) the files inside its work dir. Reset when
-    :func:`user_errors` exits."""
+    resumed run (``cfg.resume``) the checkpoints that a run recorded in its work dir's digest
+    manifest when it saved them. ``allow_partial_checkpoint = True`` in the config lets a load
+    fill part of the weights it is meant to fill; ``complete`` (tools/test.py): a checkpoint
+    loaded into the whole model must fill all of it. Setting it tells the checkpoint loader
+    that an mmdcs tool is in charge: a refusal names the tool's flag (otherwise, e.g. under
+    mmdet's own tools/train.py, the config key). Reset when :func:`user_errors` exits."""
     in_cfg = bool(cfg.get(TRUST_KEY, False)) if cfg is not None else False
-    hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else None
+    hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else \
+        TRUST_FLAG
     resume_dir = cfg.get('work_dir', None) if cfg is not None and cfg.get('resume') else None
+    partial = bool(cfg.get(PARTIAL_KEY, False)) if cfg is not None else False
     trust_checkpoints(all=bool(getattr(args, 'trust_checkpoint', False)) or in_cfg,
-                      dirs=[resume_dir] if resume_dir else [], hint=hint)
+                      dirs=[resume_dir] if resume_dir else [], hint=hint, partial=partial,
+                      complete=complete)
 
 
 # ----------------------------------------------------------------------------- build errors
@@ -493,6 +627,22 @@ def _argument_named(message: str, cfg: dict, obj_cls) -> Optional[str]:
     return None if best is None else best[1]
 
 
+def _string_for_a_number(exc: BaseException, cfg: dict, obj_cls) -> Optional[str]:
+    """The argument of ``cfg`` that is a string where the class's default is a number (an
+    empty or non-numeric ``--cfg-options`` value), when the message does not name it but says
+    a string was computed with (``'>' not supported between instances of 'str' and 'int'``)."""
+    if not isinstance(exc, (TypeError, ValueError)) or not re.search(r"\bstr(ing)?\b",
+                                                                     str(exc)):
+        return None
+    try:
+        params = inspect.signature(obj_cls).parameters
+    except (TypeError, ValueError):
+        return None
+    found = [k for k, v in cfg.items() if isinstance(v, str) and k in params and isinstance(
+        params[k].default, (int, float)) and not isinstance(params[k].default, bool)]
+    return found[0] if len(found) == 1 else None
+
+
 def _lookup(cfg, dotted: str):
     node = cfg
     for part in dotted.split('.'):
@@ -527,13 +677,31 @@ def config_origin(exc: BaseException) -> Optional[str]:
     cfg, obj_cls = inner.get('cfg', None), inner.get('obj_cls', None)
     if not isinstance(cfg, dict):
         return path
-    arg = _argument_named(str(exc), cfg, obj_cls)
+    arg = _argument_named(str(exc), cfg, obj_cls) or _string_for_a_number(exc, cfg, obj_cls)
     if arg is None:
         kind = cfg.get('type', None)
         return f'{path} (type={kind!r})' if isinstance(kind, str) else path
     value = _lookup(cfg, arg)
     where = f'{path}.{arg}'
+    _ORIGIN_VALUE[0] = value
     return where if value is None or isinstance(value, dict) else f'{where} = {value!r}'
+
+
+#: the config value :func:`config_origin` found last (for :func:`_explain`)
+_ORIGIN_VALUE: List[Any] = [None]
+
+
+def _explain(exc: BaseException, value: Any) -> str:
+    """The one-line reason of a construction error: a string where the constructor computes
+    with a number (an empty or non-numeric ``--cfg-options`` value: ``tau=``, ``tau=abc``) is
+    said to be that, with the original message in brackets."""
+    text = _one_line(exc)
+    if isinstance(value, str) and re.search(r"\bstr(ing)?\b", text) and re.search(
+            r'not supported between|unsupported operand|must be real number|convert string|'
+            r"can't multiply|not str\b|must be .*not 'str'|could not convert", text):
+        what = 'the value is empty' if not value.strip() else f'{value!r} is not a number'
+        return f'{what}; a number is expected here ({text})'
+    return text
 
 
 def _one_line(exc: BaseException) -> str:
@@ -548,33 +716,109 @@ def user_errors() -> Iterator[None]:
     while the runner builds the model), a checkpoint refused as unsafe or unreadable, a value a
     constructor refuses while mmengine builds the config (:func:`config_origin` names the config
     key: ``model.backbone.tau``, ``model.cost.weight``, a hook's ``start``, an unknown ``arch``
-    ...), a missing file, an unknown registry type. The checkpoint trust a tool set is undone on
-    exit. ``MMDCS_TRACEBACK=1`` re-raises instead (for debugging)."""
+    ...; a string where a number is expected is said to be empty or not a number), a missing
+    file, a path that cannot be written or read (an ``OSError`` naming it: read-only, a file
+    where a directory is expected), an unknown registry type. A refused run removes what it
+    created in the paths given to :func:`watch_new_paths` (its work dir). The checkpoint trust
+    a tool set is undone on exit. ``MMDCS_TRACEBACK=1`` re-raises instead (for debugging)."""
+    watched = len(_WATCHED)
     try:
         with trust_scope():
             yield
     except UserError as e:
-        print(f'error: {e}', file=sys.stderr)
-        sys.exit(2)
+        _refused(str(e))
     except CONSTRUCTION_ERRORS as e:
         if isinstance(e, input_file_errors()):
-            print(f'error: {e}', file=sys.stderr)
-            sys.exit(2)
+            _refused(str(e))
+        _ORIGIN_VALUE[0] = None
         where = config_origin(e)
-        if where is None or os.environ.get('MMDCS_TRACEBACK', '') not in ('', '0'):
+        if where is None or _debugging():
             raise
-        print(f'error: {where}: {_one_line(e)}', file=sys.stderr)
-        sys.exit(2)
+        _refused(f'{where}: {_explain(e, _ORIGIN_VALUE[0])}')
     except FileNotFoundError as e:
         # a file the config or the command line names (a checkpoint, an arch/subnet file, a
         # teacher); the message names it
-        msg = str(e) if not e.filename else f'file not found: {e.filename}'
-        print(f'error: {msg}', file=sys.stderr)
-        sys.exit(2)
+        _refused(str(e) if not e.filename else f'file not found: {e.filename}')
+    except OSError as e:
+        # a path the user named that cannot be written or read (a read-only directory, a file
+        # where a directory is expected, a full disk): the path and the reason
+        if not e.filename or _debugging():
+            raise
+        other = f' -> {e.filename2}' if getattr(e, 'filename2', None) else ''
+        _refused(f'{e.filename}{other}: {e.strerror or e}')
     except KeyError as e:
         msg = str(e.args[0]) if e.args else str(e)
         if ' is not in the ' in msg and ' registry' in msg:
-            print(f'error: unknown type: {msg.split(". Please")[0]}.{_registry_hint(msg)} '
-                  "Use type='mmdcs.Name' for mmdcs modules.", file=sys.stderr)
-            sys.exit(2)
+            _refused(f'unknown type: {msg.split(". Please")[0]}.{_registry_hint(msg)} '
+                     "Use type='mmdcs.Name' for mmdcs modules.")
         raise
+    finally:
+        del _WATCHED[watched:]
+
+
+def _debugging() -> bool:
+    return os.environ.get('MMDCS_TRACEBACK', '') not in ('', '0')
+
+
+def _refused(message: str) -> None:
+    """The end of a refused run: what it created is removed (:func:`watch_new_paths`), one
+    line on stderr, exit code 2."""
+    _remove_new_paths()
+    print(f'error: {message}', file=sys.stderr)
+    sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- refused runs
+#: (path, entries that existed, or None when the path itself is new) of :func:`watch_new_paths`
+_WATCHED: List[Tuple[str, Optional[set]]] = []
+#: files whose presence means that a run produced results: its files are then kept
+RESULT_SUFFIXES = ('.pth', '.safetensors', 'last_checkpoint')
+
+
+def watch_new_paths(path: str) -> None:
+    """Remember the state of the directory ``path`` (a work dir) so that a run refused later
+    (exit 2, :func:`user_errors`) removes what it created there: the highest missing ancestor
+    of ``path`` if it did not exist, else the new entries inside it (mmengine's timestamped log
+    directory). Nothing is removed once a checkpoint was written (:data:`RESULT_SUFFIXES`), nor
+    for a traceback (kept for debugging). Reset by :func:`user_errors`."""
+    path = osp.abspath(path)
+    top = path
+    while not osp.lexists(osp.dirname(top)) and osp.dirname(top) != top:
+        top = osp.dirname(top)
+    if not osp.lexists(top):
+        _WATCHED.append((top, None))
+    elif osp.isdir(path):
+        _WATCHED.append((path, set(os.listdir(path))))
+
+
+def _holds_results(paths: List[str]) -> bool:
+    for p in paths:
+        if osp.isfile(p):
+            if p.endswith(RESULT_SUFFIXES):
+                return True
+            continue
+        for _, _, files in os.walk(p):
+            if any(f.endswith(RESULT_SUFFIXES) for f in files):
+                return True
+    return False
+
+
+def _remove_new_paths() -> None:
+    watched, _WATCHED[:] = list(_WATCHED), []
+    for path, before in watched:
+        if before is None:
+            new = [path] if osp.lexists(path) else []
+        elif osp.isdir(path):
+            new = [osp.join(path, n) for n in os.listdir(path) if n not in before]
+        else:
+            new = []
+        if not new or _holds_results(new):
+            continue
+        for p in new:
+            if osp.isdir(p) and not osp.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    os.remove(p)
+                except OSError:
+                    pass

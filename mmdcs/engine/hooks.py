@@ -118,7 +118,9 @@ class RegularizerHook(Hook):
         t_warm, max_epochs = model.reg_cfg['t_warm'], runner.max_epochs
         if t_warm >= max_epochs:
             raise ConfigError(f'model.regularizer.t_warm = {t_warm} is not below max_epochs = '
-                             f'{max_epochs}: the {model.reg_cfg["type"]} term would never be used')
+                             f'{max_epochs}: the {model.reg_cfg["type"]} term would never be used; '
+                             f'set --cfg-options model.regularizer.t_warm={max(max_epochs - 1, 0)}'
+                             f' or train_cfg.max_epochs={t_warm + 2}')
         dataset = getattr(runner.train_loop, 'full_dataset', None) or \
             runner.train_loop.dataloader.dataset
         num_classes = getattr(model.head, 'num_classes', None)
@@ -144,6 +146,16 @@ class RegularizerHook(Hook):
         model = self._model(runner)
         model.regularizer.begin_epoch()
         model.reg_active = runner.epoch >= model.reg_cfg['t_warm']
+        if model.reg_active and not model.regularizer.ready:
+            # the term is computed from the state of a finished epoch (IB: Q(a|y) and the
+            # feature centroids; KCR: V_r): before the first refresh it is 0 or a constant
+            kind = model.reg_cfg['type']
+            runner.logger.warning(
+                f'the {kind} term is on from epoch {runner.epoch + 1} (model.regularizer.'
+                f't_warm = {model.reg_cfg["t_warm"]}), but its state is refreshed only at the '
+                'end of an epoch: in this epoch the term is 0 or a constant without gradient '
+                '(it acts from the next epoch on; method.md §4.3). Use t_warm ≥ 1 and more '
+                'than t_warm epochs for a term that trains.')
 
     def after_train_epoch(self, runner) -> None:
         model = self._model(runner)

@@ -22,12 +22,21 @@ continues where it stopped: the steps of that epoch already done (the checkpoint
 minus the completed epochs' steps) are skipped — their batches are drawn and dropped, so the
 samplers' order (seeded per epoch) and every later step are those of the uninterrupted run.
 The streaming statistics of an IB/KCR term restart with the resumed epoch (as after any resume).
+
+A budget (``cost.target``, method.md §11): before every step the loop tells the model how much
+of the search is done (``search_progress`` = iteration / max iterations, from the runner's
+counter, so the same on every rank and after a resume): the target is lowered over the first
+part of the search. After the last step of the last epoch, before the epoch-end hooks (the
+checkpoint, the validation), the model is projected onto the budget
+(``ChannelSelectionClassifier.project_to_budget``): the deployed network {α > 0} of the saved
+checkpoint meets the budget whatever the run length.
 """
 import copy
 import logging
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
+from mmengine.dist import broadcast
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop
@@ -91,6 +100,13 @@ class SearchEpochLoader:
         if name in ('weight', 'arch'):  # not set yet (e.g. while unpickling)
             raise AttributeError(name)
         return getattr(self.weight, name)
+
+
+def _progress(loop) -> Optional[float]:
+    it, total = getattr(loop, '_iter', None), getattr(loop, '_max_iters', None)
+    if it is None or not total:
+        return None
+    return min(1., it / total)
 
 
 @LOOPS.register_module()
@@ -184,6 +200,8 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
             if idx < done:
                 continue
             self.run_iter(idx, data_batch, kind)
+        if self._epoch + 1 >= self._max_epochs:
+            self.end_search()
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
 
@@ -194,6 +212,36 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
                               outputs=outputs)
         self._iter += 1
 
+    def progress(self) -> Optional[float]:
+        """The share of the search done before the current step (iteration / max iterations);
+        None for a loop that has no iteration counter (a step run outside ``run``)."""
+        return _progress(self)
+
+    def end_search(self) -> None:
+        """After the last step: a model with a budget that asks for it (``cost.target.project``,
+        the default) is projected onto the budget; the architecture parameters are then
+        broadcast from rank 0 (they are equal on every rank already: DDP averages their
+        gradients and the projection is deterministic); the deployed ratio before and after
+        is logged (``arch_cost_ratio_kept`` becomes the final one)."""
+        module = self.model
+        target = (getattr(module, 'cost_cfg', None) or {}).get('target')
+        if not target or not target.get('project'):
+            return
+        rep = module.project_to_budget()
+        for p in module.arch_parameters():
+            broadcast(p.data, 0)
+        print_log(f"budget: the search ends on the {target['resource']} budget: deployed "
+                  f"{rep['before_ratio']:.4f} -> {rep['after_ratio']:.4f} of the baseline "
+                  f"(target {rep['target']}; {rep['flipped']} gates moved across 0)",
+                  logger='current', level=logging.INFO)
+        scalars = {'arch_cost_ratio_kept': rep['after_ratio'],
+                   'budget_ratio_before_projection': rep['before_ratio'],
+                   'budget_gates_moved': float(rep['flipped'])}
+        runner = self.runner
+        for k, v in scalars.items():
+            runner.message_hub.update_scalar(f'train/{k}', v)
+        runner.visualizer.add_scalars(scalars, step=self._iter)
+
     def train_step(self, data: dict, kind: str) -> Dict[str, torch.Tensor]:
         """One step of ``kind`` ('weight' or 'arch'); returns the logged values (the
         architecture step's prefixed with ``arch_``)."""
@@ -203,6 +251,7 @@ class AlternatingSearchLoop(EpochBasedTrainLoop):
         for w in optim_wrappers.values():
             w.zero_grad()
         module.step_kind = kind
+        module.search_progress = _progress(self)
         try:
             with wrapper.optim_context(model):
                 data = module.data_preprocessor(data, True)

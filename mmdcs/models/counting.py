@@ -21,7 +21,7 @@ import copy
 import inspect
 import math
 import warnings
-from typing import Optional, Sequence, Tuple, Union
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -153,20 +153,80 @@ def _theta_flops(backbone: nn.Module, x_shape: Tuple[int, ...]) -> float:
     return total[0]
 
 
+def _distinct_halves(dims: Dict[str, int]) -> Dict[str, int]:
+    """A probe width for every unit: about half of it, distinct between units of the same full
+    width where possible (so that a layer outside the units that reads one of them, e.g.
+    MobileViT's projection conv, can be told which one by its new shape)."""
+    used, out = set(), {}
+    for n, d in dims.items():
+        w = max(1, d // 2)
+        while (d, w) in used and w > 1:
+            w -= 1
+        used.add((d, w))
+        out[n] = w
+    return out
+
+
+def _own_counts(model: nn.Module, resource: str, shape):
+    """(total, path → count of the module and its children, path → count of the module's own
+    operations or parameters): FLOPs from one mmengine trace (``by_module``), or parameters
+    (the selectors' α excluded)."""
+    if resource == 'flops':
+        was_training = model.training
+        model.eval()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                fa = flop_analysis(model, shape)
+                total = float(fa.total())
+                counts = fa.by_module()
+        finally:
+            model.train(was_training)
+        pre = 'model.' if _takes_mode(model) else ''  # the _TensorMode wrapper
+        out = {name: float(counts.get(pre + name if name else pre[:-1], 0))
+               for name, _ in model.named_modules()}
+    else:
+        arch = {id(p) for m in model.modules() if isinstance(m, ChannelSelector)
+                for p in m.parameters()}
+        out = {name: float(sum(p.numel() for p in m.parameters() if id(p) not in arch))
+               for name, m in model.named_modules()}
+        total = out['']
+    # each module's own count: what its children do not count
+    own = {name: out[name] - sum(out.get(f'{name}.{c}' if name else c, 0.)
+                                 for c, _ in m.named_children())
+           for name, m in model.named_modules()}
+    return total, out, own
+
+
+def _leaf_shapes(module: nn.Module) -> Dict[str, Tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in module.named_parameters(recurse=False)}
+
+
 @torch.no_grad()
 def calibrate_cost(model: nn.Module, resource: str = 'flops',
                    input_size: Optional[Size] = None):
     """The exact count of the pruned networks of a supernet as a
-    :class:`~mmdcs.selection.budget.LinearCost` (``const + Σ_j coef_j·D̃_j``), calibrated
-    against this module's counts (``mmengine.analysis`` FLOPs, parameters) of the whole
-    ``model`` (a classifier, or the backbone itself).
+    :class:`~mmdcs.selection.budget.LinearCost`
+    (``const + Σ_j coef_j·D̃_j + Σ_j pair_j·D̃_j·H̃_j + Σ_k hidden_coef_k·H̃_k``), measured with
+    this module's counts (``mmengine.analysis`` FLOPs at ``input_size``, parameters) of the
+    whole ``model`` (a classifier, or the backbone itself).
 
-    Two networks are counted: the supernet at full width (in eval every channel is computed; the
-    selection's α are not deployed parameters) and a copy pruned to half of every block's
-    channels. The coefficients are the family's per-channel counts (``CostTerm``), FLOPs scaled
-    by one factor fitted to the difference (the family's are at its nominal input size; every
-    token count scales alike with the input), parameters exact (checked against the
-    difference). The baseline (no selection) is the full width minus Linear_θ of DCS.
+    Probes: the supernet at full width (in eval every channel is computed; the selection's α
+    are not deployed parameters), a copy with about half of every block's channels and, with
+    hidden-unit selection, a copy with about half of every hidden-selected module's units and
+    one with both. Every probe is counted once (one trace each for FLOPs) and broken down by
+    module: a prunable module's count, and a hidden-selected module's, is bilinear in its own
+    D̃ and H̃, so the four corners give its coefficients exactly; an operation outside them
+    whose count changes with D̃ (MobileViT's projection conv, which reads the last transformer
+    layer's channels, and the interpolation of its fold where the patch does not divide the
+    map) is attributed to its block by the new shape of its layer. Nothing is assumed about how
+    token counts scale with the input (patch unfolding, window padding, strides): every
+    coefficient is measured at ``input_size``. A count that is not of that form (a module that
+    depends on another block's width, a change that no layer explains) is an internal error.
+    The baseline (no selection) is the full width minus Linear_θ of DCS.
+
+    Cost: 2 traced FLOP counts (4 with hidden-unit selection) and as many copies of the model;
+    parameters need no trace.
 
     Args:
         model: a model whose backbone (``model.backbone`` or the model) is an mmdcs supernet.
@@ -181,81 +241,133 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
     modules = prunable_modules(backbone)
     if not modules:
         raise ValueError(f'{type(backbone).__name__} has no architecture parameters')
-    terms = {id(t.selector): t for t in backbone.cost_terms()}
+    prefix = '' if model is backbone else next(
+        n + '.' for n, m in model.named_modules() if m is backbone)
     names = list(modules)
-    dims = {n: m.select.dim for n, m in modules.items()}
-    per_channel = {}
-    # hidden-unit selection (select_hidden): a bilinear pair term per block and a term per
-    # hidden unit; the per-channel count at full hidden width fits the scale below
-    hidden_paths = {id(sel): k for k, sel in hidden_selectors(backbone).items()}
-    pair, pair_hidden, hidden_coef, hidden_dims = {}, {}, {}, {}
-    for t in backbone.cost_terms():
-        if t.hidden is None:
-            continue
-        k = hidden_paths[id(t.hidden)]
-        hidden_dims[k] = int(t.hidden.dim)
-        hmod = backbone.get_submodule(k)
-        if resource == 'flops':
-            hidden_coef[k] = float(t.flops_per_hidden)
-        elif hasattr(hmod, 'fc1'):  # an MLP: fc1's bias per hidden unit
-            hidden_coef[k] = float(hmod.fc1.bias is not None)
-        else:  # an inverted bottleneck: every weight of the expanded channels
-            hidden_coef[k] = float(sum(
-                p.numel() for name, p in hmod.named_parameters()
-                if not name.startswith(('hidden_select.', 'point_conv.norm', 'conv3_1x1.bn'))
-                and not name.endswith(('point_conv.conv.bias', 'conv3_1x1.conv.bias'))
-            )) / hidden_dims[k]
-        if t.selector is not None and (t.flops_per_pair or resource == 'params') and \
-                hasattr(hmod, 'fc1'):
-            n = next(n for n, m in modules.items() if m.select is t.selector)
-            pair_hidden[n] = k
-            pair[n] = float(t.flops_per_pair) if resource == 'flops' else 2.
-    for n, m in modules.items():
-        t = terms.get(id(m.select))
-        if t is None:
-            raise ValueError(f'block {n} has no cost term')
-        if resource == 'flops':
-            per_channel[n] = float(t.flops_per_channel + t.flops_per_pair * t.hidden_dim)
-        else:
-            per_channel[n] = float(t.params_per_channel)
+    dims = {n: int(m.select.dim) for n, m in modules.items()}
+    hidden_dims = {k: int(sel.dim) for k, sel in hidden_selectors(backbone).items()}
     size = tuple(input_size) if input_size is not None else backbone.input_size
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     shape = (1, in_ch) + tuple(size)
 
-    half = {n: max(1, dims[n] // 2) for n in names}
-    spec = SubnetSpec(backbone.family, backbone.arch, backbone.variant,
-                      [BlockSelection(n, dims[n], list(range(half[n]))) for n in names])
-    pruned = copy.deepcopy(model)
-    apply_subnet_(pruned if model is backbone else pruned.backbone, spec)
-    thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
-              for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
+    half, hhalf = _distinct_halves(dims), _distinct_halves(hidden_dims)
+    corners = [(False, False), (True, False)]
+    if hidden_dims:
+        corners += [(False, True), (True, True)]
+    counts, shapes = [], []
+    for d_half, h_half in corners:
+        if d_half or h_half:
+            probe = copy.deepcopy(model)
+            spec = SubnetSpec(
+                backbone.family, backbone.arch, backbone.variant,
+                [BlockSelection(n, dims[n], list(range(half[n] if d_half else dims[n])))
+                 for n in names],
+                hidden=[BlockSelection(k, h, list(range(hhalf[k] if h_half else h)))
+                        for k, h in hidden_dims.items()])
+            apply_subnet_(probe if model is backbone else probe.get_submodule(prefix[:-1]),
+                          spec)
+        else:
+            probe = model
+        counts.append(_own_counts(probe, resource, shape))
+        shapes.append({n: _leaf_shapes(m) for n, m in probe.named_modules()})
+    totals = [c[0] for c in counts]
 
-    def params(module):
-        arch = {id(p) for m in module.modules() if isinstance(m, ChannelSelector)
-                for p in m.parameters()}
-        return float(sum(p.numel() for p in module.parameters() if id(p) not in arch))
+    # units: the prunable modules and the hidden-selected modules (an MLP is both)
+    units = list(dict.fromkeys(names + list(hidden_dims)))
 
+    def value(i, path):
+        return counts[i][1][prefix + path]
+
+    def inside(path):
+        return any(path == prefix + u or path.startswith(prefix + u + '.') for u in units)
+
+    def same(a, b):
+        return abs(a - b) <= 1e-9 * max(1., abs(a), abs(b))
+
+    coef = {n: 0. for n in names}
+    pair, pair_hidden, hidden_coef = {}, {}, {}
+    for u in units:
+        v = [value(i, u) for i in range(len(corners))]
+        sel_x = u in dims and dims[u] != half[u]
+        sel_y = u in hidden_dims and hidden_dims[u] != hhalf[u]
+        b = c = p = 0.
+        # corners: 0 (D, H), 1 (D/2, H), 2 (D, H/2), 3 (D/2, H/2); f = a + b·D̃ + c·H̃ + p·D̃·H̃
+        if sel_x:
+            b = (v[0] - v[1]) / (dims[u] - half[u])
+        elif not same(v[0], v[1]):
+            raise RuntimeError(f'internal: the {resource} of {u} depend on channels it does '
+                               'not select')
+        if len(corners) == 4:
+            if sel_y:
+                c = (v[0] - v[2]) / (hidden_dims[u] - hhalf[u])
+            elif not (same(v[0], v[2]) and same(v[1], v[3])):
+                raise RuntimeError(f'internal: the {resource} of {u} depend on hidden units it '
+                                   'does not select')
+            if sel_x and sel_y:
+                p = (v[0] - v[1] - v[2] + v[3]) / (
+                    (dims[u] - half[u]) * (hidden_dims[u] - hhalf[u]))
+                b -= p * hidden_dims[u]
+                c -= p * dims[u]
+            elif sel_x and not same(v[0] - v[1], v[2] - v[3]):
+                raise RuntimeError(f'internal: the {resource} of {u} depend on hidden units it '
+                                   'does not select')
+        if u in dims:
+            coef[u] += b
+            if p:
+                pair[u], pair_hidden[u] = p, u
+        if u in hidden_dims:
+            hidden_coef[u] = c
+
+    # the rest of the model: constant, but for operations that read a block's kept channels
+    # (MobileViT's projection conv, and the interpolation of its fold where the patch does not
+    # divide the map): a module with a parameter whose dim went from D to the probe's width is
+    # that block's; a module whose own operations changed without such a parameter is the
+    # block's whose such modules it contains
+    rest = [t - sum(value(i, u) for u in units) for i, t in enumerate(totals)]
+    full_shapes = shapes[0]
+    changed = [p for p, own in counts[1][2].items()
+               if not inside(p) and p in counts[0][2] and not same(own, counts[0][2][p])]
+
+    def by_shape(path):
+        return {n for k, new_shape in shapes[1].get(path, {}).items() for n in names
+                for a, b in zip(full_shapes.get(path, {}).get(k, ()), new_shape)
+                if (a, b) == (dims[n], half[n])}
+
+    owner = {p: by_shape(p) for p in shapes[1] if not inside(p) and by_shape(p)}
+    explained = 0.
+    for path in changed:
+        found = owner.get(path) or {n for p, ns in owner.items()
+                                    if p.startswith(path + '.' if path else '') for n in ns}
+        if len(found) != 1:
+            raise RuntimeError(f'internal: {path or type(model).__name__} changes with the kept '
+                               f'channels but cannot be attributed to one block '
+                               f'({sorted(found)[:3]})')
+        n = found.pop()
+        d0, d1 = counts[0][2][path], counts[1][2][path]
+        coef[n] += (d0 - d1) / (dims[n] - half[n])
+        explained += d0 - d1
+    if not same(rest[0] - rest[1], explained) or (
+            len(corners) == 4 and not (same(rest[0], rest[2]) and same(rest[1], rest[3]))):
+        raise RuntimeError(f'internal: the {resource} of {type(backbone).__name__} change with '
+                           'the kept widths outside its prunable modules in a way no layer '
+                           'explains')
+    full = totals[0]
     if resource == 'flops':
-        full, small = float(count_flops(model, shape)), float(count_flops(pruned, shape))
         theta = _theta_flops(backbone, shape)
     else:
-        full, small = params(model), params(pruned)
+        thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
+                  for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
         theta = float(sum(p.numel() for t in thetas for p in t.parameters()))
-    nominal = sum(per_channel[n] * (dims[n] - half[n]) for n in names)
-    scale = (full - small) / nominal if nominal else 0.
-    if resource == 'params' and abs(scale - 1) > 1e-6:
-        raise RuntimeError(f'internal: the parameters per channel of {type(backbone).__name__} '
-                           f'({nominal:.0f} for the dropped half) do not match the model\'s '
-                           f'count ({full - small:.0f})')
-    coef = {n: per_channel[n] * scale for n in names}
-    if resource == 'flops':
-        pair = {n: c * scale for n, c in pair.items()}
-        hidden_coef = {k: c * scale for k, c in hidden_coef.items()}
-    # the per-channel count at full hidden width is coef + pair·H: split it
-    for n, c in pair.items():
-        coef[n] -= c * hidden_dims[pair_hidden[n]]
     cost = LinearCost(resource, baseline=full - theta, const=0., coef=coef, dims=dims,
-                      input_size=tuple(size), meta=dict(scale=scale), pair=pair,
+                      input_size=tuple(size), meta=dict(probes=len(corners)), pair=pair,
                       pair_hidden=pair_hidden, hidden_coef=hidden_coef, hidden_dims=hidden_dims)
     cost.const = full - cost.at(dims)
+    # the count at the probes' widths must be what was counted (the bilinear form holds)
+    for (d_half, h_half), total in zip(corners, totals):
+        pred = cost.at({n: half[n] if d_half else dims[n] for n in names},
+                       {k: hhalf[k] if h_half else h for k, h in hidden_dims.items()})
+        if abs(pred - total) > 1e-6 * max(1., abs(total)):
+            raise RuntimeError(f'internal: the calibrated {resource} count of '
+                               f'{type(backbone).__name__} is {pred:.0f} where the probe counts '
+                               f'{total:.0f}')
     return cost

@@ -2,31 +2,42 @@
 network's, that the search and the export meet.
 
 * :class:`LinearCost` — the exact count of a supernet's pruned networks as a function of the
-  kept widths: ``count(D̃) = const + Σ_j coef_j · D̃_j``. Every layer whose size depends on a
-  selected width has exactly one dimension equal to it, so the count is linear in every D̃_j; the
-  constant and the coefficients are calibrated against ``mmengine.analysis`` counts of the whole
-  model (:func:`mmdcs.analysis.complexity.calibrate_cost`), so the ratio to the baseline is what
+  kept widths: ``count = const + Σ_j coef_j·D̃_j + Σ_j pair_j·D̃_j·H̃_j + Σ_k hidden_coef_k·H̃_k``
+  (linear in every width taken alone: every layer whose size depends on a selected width has
+  one dimension equal to it, an MLP with hidden-unit selection two). The coefficients are
+  measured with ``mmengine.analysis`` at the input size asked for
+  (:func:`mmdcs.analysis.complexity.calibrate_cost`), so the ratio to the baseline is what
   ``tools/analysis/complexity.py`` measures.
-* :func:`select_to_budget` — the export to a budget: channels ranked globally by a score per
-  unit of cost (the search's sigmoid(α), or a magnitude), kept greedily until the budget is met.
-* :func:`magnitude_scores` — the magnitude pruner's score: the L2 norm of each selected channel's
-  weights (an MLP channel's fc1 column and fc2 row).
+* :func:`select_units_to_budget` — the export to a budget: channels of every block and hidden
+  units of every hidden-selected module ranked *jointly* by score per unit of marginal cost,
+  removed greedily from full width until the budget is met (:func:`select_jointly`;
+  :func:`select_to_budget`: channels alone).
+* :func:`magnitude_scores`, :func:`hidden_magnitude_scores` — the magnitude pruner's scores: the
+  L2 norm of each selected channel's weights (an MLP channel's fc1 column and fc2 row) and of
+  each hidden unit's (an fc1 row and fc2 column; an expanded channel of a conv FFN).
 * :func:`budget_subnet` — a :class:`SubnetSpec` at a budget from any of these scores.
 
 Framework-free: plain PyTorch.
 """
+import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Hashable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .subnet import BlockSelection, SubnetSpec, _selection, hidden_selectors, prunable_modules
+from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
+                     prunable_modules)
 
 #: what a budget can count
 RESOURCES = ('flops', 'params')
+#: the kinds of prunable units a budget ranks: a block's channels (D̃) and a module's hidden
+#: units (H̃); a unit is ``(kind, path)``
+CHANNELS, HIDDEN = 'channels', 'hidden'
+#: how scores of different units are made comparable (:func:`normalize_scores`)
+NORMALIZATIONS = (None, 'mean')
 
 
 class BudgetError(ValueError):
@@ -76,14 +87,48 @@ class LinearCost:
         return total + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
 
     def given_hidden(self, hidden_kept: Dict[str, float]) -> 'LinearCost':
-        """The count as a function of the channels alone, the hidden widths fixed (the export
-        to a budget keeps the searched hidden units and ranks the channels)."""
+        """The count as a function of the channels alone, the hidden widths fixed (what the
+        export to a budget ranked before it ranked hidden units too; kept for callers that fix
+        the hidden widths)."""
         h = dict(self.hidden_dims, **hidden_kept)
         coef = {n: c + self.pair.get(n, 0.) * float(h[self.pair_hidden[n]]) if n in self.pair
                 else c for n, c in self.coef.items()}
         const = self.const + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
         return LinearCost(self.resource, self.baseline, const, coef, dict(self.dims),
                           self.input_size, dict(self.meta, hidden_kept=dict(hidden_kept)))
+
+    # ------------------------------------------------------------------ units
+    def unit_dims(self) -> Dict[Tuple[str, str], int]:
+        """Every prunable unit, ``(CHANNELS, block)`` and ``(HIDDEN, path)``, → its full
+        width."""
+        out = {(CHANNELS, n): int(d) for n, d in self.dims.items()}
+        out.update(((HIDDEN, k), int(h)) for k, h in self.hidden_dims.items())
+        return out
+
+    def count(self, widths: Dict[Tuple[str, str], float]) -> float:
+        """The count at the widths of :meth:`unit_dims`' units (missing: full width)."""
+        kept = {n: widths.get((CHANNELS, n), d) for n, d in self.dims.items()}
+        hidden = {k: widths.get((HIDDEN, k), h) for k, h in self.hidden_dims.items()}
+        return self.at(kept, hidden)
+
+    def marginal(self, unit: Tuple[str, str], widths: Dict[Tuple[str, str], float]) -> float:
+        """d count / d width of ``unit`` at ``widths`` (exact: the count is linear in each
+        width taken alone): a channel of block n costs ``coef_n + pair_n·H̃``, a hidden unit
+        of module k ``hidden_coef_k + Σ pair_n·D̃_n`` over the blocks n it pairs with."""
+        kind, name = unit
+        if kind == CHANNELS:
+            c = self.coef[name]
+            if name in self.pair:
+                k = self.pair_hidden[name]
+                c += self.pair[name] * float(widths.get((HIDDEN, k), self.hidden_dims[k]))
+            return c
+        if kind == HIDDEN:
+            c = self.hidden_coef.get(name, 0.)
+            for n, k in self.pair_hidden.items():
+                if k == name:
+                    c += self.pair[n] * float(widths.get((CHANNELS, n), self.dims[n]))
+            return c
+        raise KeyError(f'unknown unit kind {kind!r}')
 
     @property
     def ceiling(self) -> float:
@@ -94,26 +139,50 @@ class LinearCost:
     def floor(self) -> float:
         """One channel kept in every prunable block (and one hidden unit in every
         hidden-selected module)."""
-        return self.at({n: 1 for n in self.dims}, {k: 1 for k in self.hidden_dims})
+        return self.floor_at(1)
+
+    def floor_at(self, multiple_of: int = 1) -> float:
+        """Every block and hidden-selected module down to one group of ``multiple_of``
+        channels / hidden units (its full width if that is smaller)."""
+        m = max(1, int(multiple_of))
+        return self.at({n: min(m, d) for n, d in self.dims.items()},
+                       {k: min(m, h) for k, h in self.hidden_dims.items()})
 
     def ratio(self, count: float) -> float:
         return count / self.baseline
 
-    def check_target(self, ratio, name: str) -> float:
+    def check_target(self, ratio, name: str, multiple_of: int = 1) -> float:
         """The absolute budget of a target ratio; :class:`BudgetError` unless
-        floor < ratio < 1 (ratios of the baseline)."""
-        floor = self.ratio(self.floor)
+        floor < ratio < ceiling (ratios of the baseline; the ceiling is 1, or the count at
+        full width where that is lower)."""
+        m = max(1, int(multiple_of))
+        floor = self.ratio(self.floor_at(m))
+        full = self.ratio(self.ceiling)
+        ceiling = 1. if full >= 1. - 1e-9 else full
+        given = ratio
         try:
             ratio = float(ratio)
         except (TypeError, ValueError):
             ratio = float('nan')
-        if not (floor < ratio < 1) or math.isnan(ratio):
+        if isinstance(given, bool) or math.isnan(ratio):
+            what = 'is empty' if isinstance(given, str) and not given.strip() else \
+                'is not a number'
+            raise BudgetError(f'{name} = {given!r} {what}: a {self.resource} target is a ratio '
+                              'of the baseline network\'s count (e.g. 0.7)')
+        if not (floor < ratio < ceiling):
+            hidden = ' and hidden-selected module' if self.hidden_dims else ''
+            group = ('one channel' + (' or hidden unit' if self.hidden_dims else '')
+                     if m == 1 else f'one group of {m} (--multiple-of)')
+            if ceiling == 1.:
+                top = (f'the ceiling 1 (the baseline; every channel kept: {full:.4f})')
+            else:
+                top = f'the ceiling {ceiling:.4f} (every channel kept)'
             raise BudgetError(
                 f'{name} = {ratio:g} cannot be met: a {self.resource} target is a ratio of the '
                 f'baseline network\'s {self.resource} ({human(self.baseline)}'
                 f'{" at " + "x".join(map(str, self.input_size)) if self.input_size else ""}) '
-                f'between the floor {floor:.4f} (one channel kept per prunable block) and the '
-                f'ceiling 1 (the baseline; every channel kept: {self.ratio(self.ceiling):.4f})')
+                f'between the floor {floor:.4f} ({group} kept in every prunable block{hidden}) and '
+                f'{top}')
         return ratio * self.baseline
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
@@ -141,16 +210,190 @@ def human(n: float) -> str:
     return f'{n:.0f}'
 
 
+def _removal_sizes(dim: int, m: int) -> List[int]:
+    """The sizes of the groups a unit of width ``dim`` loses, from full width down to one group
+    (``min(m, dim)``): first ``dim mod m`` (when not 0), then ``m`` each, so that every width on
+    the way is a multiple of ``m`` (or ``dim``)."""
+    if dim <= m:
+        return []
+    sizes = [dim % m] if dim % m else []
+    return sizes + [m] * ((dim - (dim % m)) // m - 1)
+
+
+def normalize_scores(scores: Dict[Hashable, Tensor],
+                     normalize: Optional[str] = None) -> Dict[Hashable, Tensor]:
+    """Scores of different units made comparable: ``'mean'`` divides each unit's scores by
+    their mean (Torch-Pruning's group normalisation), so a block's channels and a module's
+    hidden units, whose weight norms live on different scales, are ranked by their importance
+    relative to their own unit; ``None`` keeps them (sigmoid(α) is a probability already)."""
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f'normalize must be one of {NORMALIZATIONS}, got {normalize!r}')
+    out = {}
+    for key, s in scores.items():
+        s = torch.as_tensor(s, dtype=torch.float64)
+        if normalize == 'mean':
+            mean = float(s.mean()) if s.numel() else 0.
+            s = s / mean if mean > 0 else torch.ones_like(s)
+        out[key] = s
+    return out
+
+
+def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, int],
+                           count: Callable[[Dict[Hashable, int]], float],
+                           marginal: Callable[[Hashable, Dict[Hashable, int]], float],
+                           budget: float, multiple_of: int = 1,
+                           tolerance: float = 0.) -> Dict[Hashable, List[int]]:
+    """Kept indices of every unit (a block's channels, a module's hidden units, or any width
+    a count is linear in) so that ``count`` is at most ``budget`` and as close to it as the
+    greedy gets.
+
+    Backward elimination from full width: each unit loses its groups of ``multiple_of``
+    (:func:`_removal_sizes`) in its own score order, lowest first; among the units' next
+    groups the one with the lowest mean score per unit of *marginal* cost saved
+    (``size·marginal(unit, widths)``, which depends on the other units' current widths: an MLP's
+    channel costs in proportion to its kept hidden units and the reverse) goes first, until the
+    count is within the budget. Then the removed groups are added back, best score per unit of
+    marginal cost first, while they fit (a group that does not fit is skipped, a cheaper one
+    may still fit). Near the end, a group whose removal would leave the count more than
+    ``tolerance`` below the budget (a coarse, expensive one) gives way to the best group that
+    does not, or else to the cheapest group (cheaper groups of other units fill the budget more
+    closely). Every unit keeps at least one group.
+
+    Args:
+        scores: unit → one score per element (higher: keep first); units without scores are
+            not pruned.
+        dims: unit → full width.
+        count: the exact count at given widths (unit → width).
+        marginal: the count of one element of a unit at given widths.
+        budget: the absolute budget.
+        multiple_of: group size.
+        tolerance: how far below the budget a removal may take the count without looking for
+            a finer one.
+    """
+    m = max(1, int(multiple_of))
+    units = [u for u in dims if u in scores]
+    order, cum, sizes = {}, {}, {}
+    for u in units:
+        s = torch.as_tensor(scores[u], dtype=torch.float64).flatten()
+        if s.numel() != dims[u]:
+            raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
+        order[u] = s.argsort(descending=True, stable=True)
+        cum[u] = torch.cat([s.new_zeros(1), s[order[u]].cumsum(0)]).tolist()
+        sizes[u] = _removal_sizes(int(dims[u]), m)
+    rank = {u: i for i, u in enumerate(units)}
+    full = {u: int(d) for u, d in dims.items()}
+    partners = {u: [v for v in units if v != u and _paired(u, v, marginal, full)]
+                for u in units}
+
+    def run():
+        """Eliminate, then add back what fits; returns the widths."""
+        widths = dict(full)
+        removed = {u: 0 for u in units}  # how many of its groups each unit has lost
+
+        def group(u, back: bool):
+            """(size, mean score) of the next group to remove (back=True: to add back)."""
+            size = sizes[u][removed[u] - 1 if back else removed[u]]
+            w = widths[u] + (size if back else 0)
+            return size, (cum[u][w] - cum[u][w - size]) / size
+
+        def ratio(u, back: bool = False):
+            size, score = group(u, back)
+            cost = size * marginal(u, widths)
+            return (score / cost if cost > 0 else math.inf), cost
+
+        # marginal costs change with the paired units' widths: the heap holds versioned
+        # entries and stale ones are skipped
+        version = {u: 0 for u in units}
+        heap = []
+
+        def push(u):
+            version[u] += 1
+            if removed[u] < len(sizes[u]):
+                heapq.heappush(heap, (ratio(u)[0], rank[u], version[u], u))
+
+        for u in units:
+            push(u)
+        total = count(widths)
+        while total > budget and heap:
+            _, _, ver, u = heapq.heappop(heap)
+            if ver != version[u]:
+                continue
+            cost = ratio(u)[1]
+            if total - cost < budget - tolerance:
+                # this group would end far below the budget: finish with the best group that
+                # does not, if any (a coarse, expensive group of one unit is not the last word
+                # when cheaper groups of others can fill the budget)
+                options = [(r, c, rank[v], v) for v in units if removed[v] < len(sizes[v])
+                           for r, c in [ratio(v)]]
+                within = [o for o in options if total - o[1] >= budget - tolerance]
+                best = (min(within) if within else
+                        min(options, key=lambda o: (o[1], o[0], o[2])))
+                if best[3] != u and best[1] < cost:
+                    push(u)
+                    u, cost = best[3], best[1]
+            size, _ = group(u, back=False)
+            total -= cost  # exact: the count is linear in each width
+            widths[u] -= size
+            removed[u] += 1
+            for v in [u] + partners[u]:
+                push(v)
+        total = count(widths)
+        while total <= budget:  # add back what fits, best score per unit of cost first
+            best = None
+            for u in units:
+                if removed[u]:
+                    r, extra = ratio(u, back=True)
+                    if total + extra <= budget and (best is None or r > best[0]):
+                        best = (r, u)
+            if best is None:
+                break
+            u = best[1]
+            widths[u] += sizes[u][removed[u] - 1]
+            removed[u] -= 1
+            total = count(widths)
+        return widths
+
+    widths = run()
+    return {u: sorted(order[u][:widths[u]].tolist()) if u in order else list(range(dims[u]))
+            for u in dims}
+
+
+def _paired(u, v, marginal, widths) -> bool:
+    """Whether the marginal cost of ``u`` depends on the width of ``v`` (probed once)."""
+    probe = dict(widths)
+    probe[v] = widths[v] - 1 if widths[v] > 1 else widths[v] + 1
+    return marginal(u, probe) != marginal(u, widths)
+
+
+def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
+                   cost: LinearCost, budget: float, multiple_of: int = 1,
+                   normalize: Optional[str] = None, tolerance: Optional[float] = None
+                   ) -> Tuple[Dict[str, List[int]], Dict[str, List[int]]]:
+    """(kept channels per block, kept hidden units per hidden-selected module) at ``budget``:
+    channels and hidden units ranked jointly by score per unit of marginal cost
+    (:func:`select_units_to_budget` on ``cost``). ``normalize``: :func:`normalize_scores`;
+    ``tolerance``: how far below the budget the count may end before the greedy tries to get
+    closer (default 0.1 % of the baseline)."""
+    units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
+    units.update(((HIDDEN, k), s) for k, s in (hidden_scores or {}).items()
+                 if k in cost.hidden_dims)
+    units = normalize_scores(units, normalize)
+    if tolerance is None:
+        tolerance = 1e-3 * abs(cost.baseline)
+    keep = select_units_to_budget(units, cost.unit_dims(), cost.count, cost.marginal, budget,
+                                  multiple_of, tolerance)
+    return ({n: keep[(CHANNELS, n)] for n in cost.dims},
+            {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
+
+
 def select_to_budget(scores: Dict[str, Tensor], cost: LinearCost, budget: float,
                      multiple_of: int = 1) -> Dict[str, List[int]]:
     """Kept channels of every block so that ``cost`` is as close to ``budget`` as the greedy
-    allows, from below.
+    allows, from below (hidden widths, if any, at full width): :func:`select_jointly` without
+    hidden units.
 
-    Every block keeps its best ``multiple_of`` channels (one group; a block cannot be empty).
-    The other channels, in groups of ``multiple_of`` taken in each block's score order, are
-    ranked globally by their mean score per unit of cost and kept while the budget allows
-    (a group that does not fit is skipped, the smaller ones after it may still fit). Every D̃ is
-    a multiple of ``multiple_of`` (or D).
+    Every block keeps its best ``multiple_of`` channels (one group; a block cannot be empty);
+    every D̃ is a multiple of ``multiple_of`` (or D).
 
     Args:
         scores: block name → one score per channel (higher: keep first).
@@ -158,28 +401,7 @@ def select_to_budget(scores: Dict[str, Tensor], cost: LinearCost, budget: float,
         budget: the absolute budget (e.g. ``cost.check_target(0.7, ...)``).
         multiple_of: group size.
     """
-    m = max(1, int(multiple_of))
-    order = {n: torch.as_tensor(s, dtype=torch.float64).argsort(descending=True, stable=True)
-             for n, s in scores.items()}
-    kept = {n: min(m, cost.dims[n]) for n in cost.dims}
-    total = cost.at(kept)
-    groups = []  # (score per unit cost, name, size)
-    for n, s in scores.items():
-        s = torch.as_tensor(s, dtype=torch.float64)[order[n]]
-        for start in range(kept[n], cost.dims[n], m):
-            size = min(m, cost.dims[n] - start)
-            per_unit = float(s[start:start + size].mean()) / max(cost.coef[n], 1e-12)
-            groups.append((per_unit, n, start, size))
-    # within a block the groups are in score order already; the global order keeps them so
-    groups.sort(key=lambda g: (-g[0], g[1], g[2]))
-    for _, n, start, size in groups:
-        if kept[n] != start:  # an earlier group of this block was skipped: keep it contiguous
-            continue
-        extra = cost.coef[n] * size
-        if total + extra <= budget:
-            kept[n] += size
-            total += extra
-    return {n: sorted(order[n][:kept[n]].tolist()) for n in cost.dims}
+    return select_jointly(scores, {}, cost, budget, multiple_of)[0]
 
 
 def magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
@@ -197,40 +419,73 @@ def magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
     return out
 
 
+def hidden_magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
+    """Hidden-selected module path → L2 norm of each hidden unit's weights (``hidden_norms()``:
+    an MLP unit's fc1 row and fc2 column; an expanded channel of a conv FFN: its expand-conv
+    filter, depthwise filter and project-conv column)."""
+    out = {}
+    modules = hidden_prunable_modules(model)
+    for name in hidden_selectors(model):
+        norms = getattr(modules[name], 'hidden_norms', None)
+        if norms is None:
+            raise BudgetError(f'magnitude pruning: {type(modules[name]).__name__} ({name}) has '
+                              'no hidden_norms()')
+        out[name] = norms()
+    return out
+
+
 def alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
     """Block name → sigmoid(α) (the searched probability that each channel is open)."""
     return {name: torch.sigmoid(m.select.alpha.detach().float())
             for name, m in prunable_modules(model).items()}
 
 
+def hidden_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
+    """Hidden-selected module path → sigmoid(β) (the searched probability that each hidden
+    unit is open)."""
+    return {name: torch.sigmoid(sel.alpha.detach().float())
+            for name, sel in hidden_selectors(model).items()}
+
+
 def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   scores: Dict[str, Tensor], cost: LinearCost, target: float,
-                  multiple_of: int = 1, **meta) -> SubnetSpec:
-    """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count),
-    channels chosen by :func:`select_to_budget`; ``meta`` records the target and what was
-    achieved (absolute and ratio)."""
-    hidden = []
-    full_cost = cost
-    if cost.hidden_dims:
-        # hidden-unit selection: the searched hidden units ({β > 0}, rounded up to multiple_of)
-        # are kept as they are; the channels are ranked to meet the budget given them
-        sels = hidden_selectors(model)
-        hidden = [_selection(k, sels[k], max(1, int(multiple_of))) for k in cost.hidden_dims]
-        cost = cost.given_hidden({b.name: b.kept for b in hidden})
-    budget = cost.check_target(target, f'--target-{cost.resource}')
-    keep = select_to_budget(scores, cost, budget, multiple_of)
-    achieved = cost.at({n: len(k) for n, k in keep.items()})
-    assert not hidden or abs(achieved - full_cost.at(
-        {n: len(k) for n, k in keep.items()}, {b.name: b.kept for b in hidden})) < 1e-6 * max(
-            1., achieved)
+                  multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
+                  normalize: Optional[str] = None, **meta) -> SubnetSpec:
+    """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count).
+
+    Channels (``scores``) and, with hidden-unit selection, hidden units (``hidden_scores``;
+    default sigmoid(β) of the hidden selectors) are ranked jointly by
+    :func:`select_jointly`. :class:`BudgetError` (one line) when the target is outside
+    (floor, ceiling) or the greedy cannot get within ±1 % of the baseline of it (groups of
+    ``multiple_of`` too coarse). ``meta`` records the target and what was achieved (absolute
+    and ratio)."""
+    name = f'--target-{cost.resource}'
+    budget = cost.check_target(target, name, multiple_of)
+    if cost.hidden_dims and hidden_scores is None:
+        hidden_scores = hidden_alpha_scores(model)
+    keep, hidden_keep = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
+                                       normalize)
+    kept = {n: len(k) for n, k in keep.items()}
+    hidden_kept = {k: len(v) for k, v in hidden_keep.items()}
+    achieved = cost.at(kept, hidden_kept)
+    if abs(achieved - budget) > 0.01 * cost.baseline:
+        raise BudgetError(
+            f'{name} = {float(target):g} cannot be met within ±1 % of the baseline: the nearest '
+            f'count below it in groups of {max(1, int(multiple_of))} (--multiple-of) is '
+            f'{cost.ratio(achieved):.4f}; use a smaller --multiple-of')
     blocks = [BlockSelection(n, cost.dims[n], keep[n]) for n in prunable_modules(model)]
+    hidden = [BlockSelection(k, cost.hidden_dims[k], hidden_keep[k]) for k in cost.hidden_dims]
     meta = dict(meta)
     if getattr(model, 'theta_rank', None) is not None and getattr(model, 'qk_select', None):
         meta.setdefault('theta_rank', int(model.theta_rank))  # the pruned network rebuilds it
     meta['budget'] = dict(resource=cost.resource, target_ratio=float(target),
                           target=float(budget), achieved=float(achieved),
                           achieved_ratio=cost.ratio(achieved), baseline=float(cost.baseline),
-                          input_size=list(cost.input_size) if cost.input_size else None)
+                          input_size=list(cost.input_size) if cost.input_size else None,
+                          ranked='channels and hidden units' if hidden and any(
+                              k in cost.hidden_dims for k in hidden_scores or {}) else 'channels')
+    if normalize:
+        meta['budget']['normalize'] = normalize
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
     return SubnetSpec(family, arch, variant, blocks, meta, hidden)

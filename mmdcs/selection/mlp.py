@@ -67,6 +67,13 @@ class GatedMLP(nn.Module):
         w2 = self.fc2.weight.detach().float()
         return (w1.pow(2).sum(0) + w2.pow(2).sum(1)).sqrt()
 
+    def hidden_norms(self) -> Tensor:
+        """L2 norm of each hidden unit's weights (its fc1 row and fc2 column together): the
+        magnitude pruner's score of a hidden unit (:mod:`mmdcs.selection.budget`)."""
+        w1 = self.fc1.weight.detach().float()
+        w2 = self.fc2.weight.detach().float()
+        return (w1.pow(2).sum(1) + w2.pow(2).sum(0)).sqrt()
+
     def _mlp(self, x: Tensor) -> Tensor:
         h = self.drop1(self.act(self.fc1(x)))
         if self.hidden_select is not None:
@@ -281,3 +288,16 @@ def narrow_inverted_bottleneck_(expand: nn.Module, depthwise: nn.Module, project
         block.conv = new
     return n
 
+
+
+def inverted_bottleneck_norms(expand: nn.Module, depthwise: nn.Module,
+                              project: nn.Module) -> Tensor:
+    """L2 norm of each expanded channel's weights in an inverted bottleneck (its 1×1 expand
+    filter, its depthwise filter and its 1×1 project column together; modules with a ``conv``
+    as in :func:`narrow_inverted_bottleneck_`): the magnitude pruner's score of a hidden unit
+    of a conv FFN."""
+    e = expand.conv.weight.detach().float()
+    d = depthwise.conv.weight.detach().float()
+    p = project.conv.weight.detach().float()
+    return (e.flatten(1).pow(2).sum(1) + d.flatten(1).pow(2).sum(1)
+            + p.transpose(0, 1).flatten(1).pow(2).sum(1)).sqrt()

@@ -16,39 +16,67 @@ CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher) with
   numeric and bool dtypes (metric values, ETA). No function that can reach other code
   (``getattr``, ``eval``, ``exec``, ``os.*``, ...) and no object-dtype array is in it;
 * a file that names anything else is refused with :class:`UnsafeCheckpointError` (one line: the
-  file, the objects it holds, the flag that loads it anyway), unless it is trusted: the user
-  passed ``--trust-checkpoint`` (or ``trust_checkpoint = True`` in the config), or, for a
-  full-state ``--resume``, the file lies in the run's own work dir (what this machine wrote);
-  a trusted file that the safe loader refuses is loaded with ``weights_only=False``;
+  file, the objects it holds, the flag that loads it anyway: mmdcs's tools name
+  ``--trust-checkpoint``, other tools, e.g. mmdet's own ``tools/train.py``, the config key
+  ``trust_checkpoint = True``), unless it is trusted: the user passed ``--trust-checkpoint`` (or
+  set ``trust_checkpoint = True`` in the config, also read from the config of the Runner that is
+  loading), or, for a full-state ``--resume``, the run itself wrote the file: its sha256 is the
+  one recorded in the :data:`MANIFEST` of the work dir when mmdcs saved it
+  (:func:`record_checkpoint`, called by the checkpoint saving patched into mmengine, see
+  :mod:`mmdcs.utils.compat`); a trusted file that the safe loader refuses is loaded with
+  ``weights_only=False`` (from the bytes whose digest was checked);
 * a file that is no checkpoint at all (random bytes, a truncated download, an empty file) gives
   :class:`UnreadableCheckpointError` (one line: the file, that it is not a readable checkpoint,
   why).
 
-Both errors are ``ValueError`` subclasses that :func:`mmdcs.apis.launch.user_errors` turns into
+A checkpoint that does not fit the model it is loaded into (few of the weights it is meant to fill
+filled, or tensors of another shape) gives :class:`MismatchedCheckpointError` (one line:
+:func:`check_loaded`, called by mmengine's ``load_state_dict`` as :mod:`mmdcs.utils.compat`
+patches it), unless ``allow_partial_checkpoint = True``.
+
+These errors are ``ValueError`` subclasses that :func:`mmdcs.apis.launch.user_errors` turns into
 one line and exit code 2. Which files are trusted is module state set by the tools
 (:func:`trust_checkpoints`, inside :func:`trust_scope`). Why a file is refused is found without
 executing it: the pickle stream is disassembled (:mod:`pickletools`) and the globals it names are
 compared with the allowlist.
 """
+import hashlib
 import io
 import json
 import os
 import os.path as osp
 import pickletools
 import re
+import sys
 import warnings
 import zipfile
 from contextlib import contextmanager
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from .files import atomic_write
 
 #: the flag every checkpoint-reading tool accepts (named in the refusal message)
 TRUST_FLAG = '--trust-checkpoint'
-#: the config key that does the same for tools/train.py and tools/test.py
+#: the config key that does the same (tools/train.py, tools/test.py, and mmdet's / mmseg's /
+#: mmpretrain's own tools, which have no such flag)
 TRUST_KEY = 'trust_checkpoint'
+#: the config key that lets a load fill only part of the weights it is meant to fill
+PARTIAL_KEY = 'allow_partial_checkpoint'
 #: where the JSON of the mmdcs ``meta`` lives in the metadata of a safetensors file
 SAFETENSORS_META_KEY = 'mmdcs_meta'
+#: the digests of the checkpoints a training run wrote, in its checkpoint directory
+#: (``sha256sum`` format: ``HEX  NAME`` per line; ``sha256sum -c`` checks it)
+MANIFEST = 'checkpoints.sha256'
+#: a load must fill at least this share of the values it is meant to fill (see
+#: :func:`check_loaded`)
+MIN_FILLED = 0.5
 
-_state = dict(all=False, dirs=(), hint=TRUST_FLAG)
+#: all: every file may fall back to the unsafe loader; dirs: files recorded in the manifest of
+#: these directories may; hint: how a refusal names the way to trust a file (None: no mmdcs
+#: tool is in charge, e.g. mmdet's own tools/train.py: the config key); partial: loads may fill
+#: part of the weights; complete: a load into a whole model must fill all of it
+#: (tools/test.py); last_file: the file loaded last (named by the load check)
+_state = dict(all=False, dirs=(), hint=None, partial=False, complete=False, last_file=None)
 
 
 class CheckpointError(ValueError):
@@ -63,12 +91,23 @@ class UnreadableCheckpointError(CheckpointError):
     """The file is not a readable checkpoint (random bytes, truncated, empty, ...)."""
 
 
+class MismatchedCheckpointError(CheckpointError):
+    """The file fills few of the weights it is loaded into, or fills them with tensors of
+    another shape (a checkpoint of another architecture)."""
+
+
 # ----------------------------------------------------------------------------- trust
 def trust_checkpoints(all: Optional[bool] = None, dirs: Iterable[str] = (),
-                      hint: Optional[str] = None) -> None:
+                      hint: Optional[str] = None, partial: Optional[bool] = None,
+                      complete: Optional[bool] = None) -> None:
     """Set which files may fall back to the unsafe loader: every file (``all=True``: the user's
-    ``--trust-checkpoint``) and/or the files inside ``dirs`` (a resumed run's work dir).
-    ``hint``: how the refusal message tells the user to trust a file."""
+    ``--trust-checkpoint``) and/or the checkpoints that a training run wrote into one of
+    ``dirs`` (a resumed run's work dir: the file's sha256 must be the one recorded in the
+    directory's :data:`MANIFEST` when mmdcs saved it). ``hint``: how the refusal message tells
+    the user to trust a file (set by mmdcs's tools; unset, the message names the config key
+    :data:`TRUST_KEY`). ``partial``: loads may fill part of the weights they are meant to fill
+    (:data:`PARTIAL_KEY`); ``complete``: a load into a whole model must fill all of it
+    (``tools/test.py``: weights left at their initialisation would be evaluated)."""
     if all is not None:
         _state['all'] = bool(all)
     new = tuple(osp.realpath(d) for d in dirs if d)
@@ -76,6 +115,10 @@ def trust_checkpoints(all: Optional[bool] = None, dirs: Iterable[str] = (),
         _state['dirs'] = tuple(dict.fromkeys(_state['dirs'] + new))
     if hint is not None:
         _state['hint'] = hint
+    if partial is not None:
+        _state['partial'] = bool(partial)
+    if complete is not None:
+        _state['complete'] = bool(complete)
 
 
 @contextmanager
@@ -89,13 +132,82 @@ def trust_scope() -> Iterator[None]:
         _state.update(saved)
 
 
-def is_trusted(filename: str) -> bool:
-    """Whether ``filename`` may be loaded with ``weights_only=False`` if the safe loader
-    refuses it."""
-    if _state['all']:
-        return True
+def runner_config_flag(key: str) -> bool:
+    """``key`` of the config of the mmengine Runner that is running this load (found on the
+    call stack: ``runner.train()`` / ``runner.test()`` load through it), False without one. This
+    is how :data:`TRUST_KEY` and :data:`PARTIAL_KEY` work in mmdet's, mmseg's and mmpretrain's
+    own tools, which do not know them."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get('self', None)
+        if owner is not None and any(c.__name__ in ('Runner', 'FlexibleRunner')
+                                     for c in type(owner).__mro__):
+            cfg = getattr(owner, 'cfg', None)
+            try:
+                return bool(cfg.get(key, False)) if cfg is not None else False
+            except Exception:  # noqa: BLE001  (not a config)
+                return False
+        frame = frame.f_back
+    return False
+
+
+def sha256_of(data_or_path: Union[bytes, str]) -> str:
+    """The hex sha256 of bytes, or of a file's content."""
+    if isinstance(data_or_path, bytes):
+        return hashlib.sha256(data_or_path).hexdigest()
+    h = hashlib.sha256()
+    with open(data_or_path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(directory: str) -> Dict[str, str]:
+    """name → sha256 of the checkpoints recorded in ``directory``'s :data:`MANIFEST` (empty
+    when there is none; a symlink or malformed lines are ignored)."""
+    path = osp.join(directory, MANIFEST)
+    if not osp.isfile(path) or osp.islink(path):
+        return {}
+    out = {}
+    with open(path, encoding='utf-8', errors='replace') as f:
+        for line in f:
+            digest, _, name = line.rstrip('\n').partition('  ')
+            if re.fullmatch(r'[0-9a-f]{64}', digest) and name and os.sep not in name:
+                out[name] = digest
+    return out
+
+
+def record_checkpoint(path: str, data: Optional[bytes] = None) -> None:
+    """Record the sha256 of a checkpoint mmdcs just wrote (``data``: its bytes, else read) in
+    the :data:`MANIFEST` of its directory, written atomically; entries of files that are gone
+    (``max_keep_ckpts``) are dropped."""
+    directory, name = osp.split(osp.abspath(path))
+    entries = read_manifest(directory)
+    entries[name] = sha256_of(data if data is not None else path)
+    entries = {n: d for n, d in entries.items() if osp.isfile(osp.join(directory, n))}
+    atomic_write(osp.join(directory, MANIFEST),
+                 ''.join(f'{d}  {n}\n' for n, d in sorted(entries.items())))
+
+
+def written_by_run(filename: str, data: Optional[bytes] = None) -> bool:
+    """Whether ``filename`` lies in a directory of a resumed run (:func:`trust_checkpoints`'s
+    ``dirs``) and its sha256 is the one that run recorded when it saved the file."""
     path = osp.realpath(filename)
-    return any(path.startswith(d.rstrip(os.sep) + os.sep) for d in _state['dirs'])
+    if not any(path.startswith(d.rstrip(os.sep) + os.sep) for d in _state['dirs']):
+        return False
+    directory, name = osp.split(path)
+    recorded = read_manifest(directory).get(name)
+    return recorded is not None and recorded == sha256_of(data if data is not None else path)
+
+
+def is_trusted(filename: str, data: Optional[bytes] = None) -> bool:
+    """Whether ``filename`` (whose bytes are ``data``, when read already) may be loaded with
+    ``weights_only=False`` if the safe loader refuses it: the user trusts every file
+    (``--trust-checkpoint``, or :data:`TRUST_KEY` in the config of the running Runner), or a
+    resumed run wrote it (:func:`written_by_run`)."""
+    if _state['all'] or runner_config_flag(TRUST_KEY):
+        return True
+    return written_by_run(filename, data)
 
 
 # ----------------------------------------------------------------------------- allowlist
@@ -244,14 +356,26 @@ def unreadable(filename: str, why: str) -> UnreadableCheckpointError:
     return UnreadableCheckpointError(f'{filename} is not a readable checkpoint: {why}')
 
 
+def trust_hint() -> str:
+    """How to trust a file: mmdcs's tools name their flag; under another tool (mmdet's, mmseg's
+    own tools/train.py, which have no such flag) the config key."""
+    return f'load it with {_state["hint"]}' if _state['hint'] else \
+        f'set `{TRUST_KEY} = True` in the config'
+
+
+def partial_hint() -> str:
+    return (f'`{PARTIAL_KEY} = True` in the config (e.g. --cfg-options {PARTIAL_KEY}=True)')
+
+
 def _unsafe_message(filename: str, names: List[str], what: str = '') -> str:
     what = what or ('objects other than weights (' + ', '.join(names[:4]) +
                     (', ...' if len(names) > 4 else '') + ')')
     msg = (f'{filename} holds {what}; unpickling it could run code, so it is not loaded. '
-           f'If you trust its source, load it with {_state["hint"]}')
+           f'If you trust its source, {trust_hint()}')
     if _state['dirs']:
-        msg += (' (a full-state resume loads such a file without it only from the run\'s '
-                f'work dir, {", ".join(_state["dirs"])})')
+        msg += (' (a full-state resume loads such a file without it only when this run wrote '
+                'it: its sha256 recorded in '
+                + ', '.join(osp.join(d, MANIFEST) for d in _state['dirs']) + ')')
     return msg + '.'
 
 
@@ -291,6 +415,7 @@ def load_checkpoint_file(filename: str, map_location=None):
     filename = osp.expanduser(str(filename))
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
+    _state['last_file'] = filename
     if is_safetensors(filename):
         return _load_safetensors(filename, map_location)
     try:
@@ -302,14 +427,92 @@ def load_checkpoint_file(filename: str, map_location=None):
         raise
     except Exception as e:  # noqa: BLE001  (torch raises many kinds on a bad file)
         error = _diagnose(filename, e)
-    if isinstance(error, UnsafeCheckpointError) and is_trusted(filename):
+    if isinstance(error, UnsafeCheckpointError):
+        # read once: the bytes whose digest is checked are the bytes unpickled
+        with open(filename, 'rb') as f:
+            data = f.read()
+        if not is_trusted(filename, data):
+            raise error
         try:
-            return torch.load(filename, map_location=map_location, weights_only=False)
+            return torch.load(io.BytesIO(data), map_location=map_location, weights_only=False)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001
             raise unreadable(filename, f'{type(e).__name__}: {str(e).strip()[:200]}') from None
     raise error
+
+
+# ----------------------------------------------------------------------------- fit
+_SIZE_MISMATCH = re.compile(r'size mismatch for ([^:\s]+): copying a param with shape (.+?) '
+                            r'from checkpoint, the shape in current model is (.+?)\.(?:\n|$)')
+
+
+def _shape(text: str) -> str:
+    return text.replace('torch.Size(', '').replace(')', '').replace('[', '(').replace(']', ')')
+
+
+def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence[str],
+                 missing: Sequence[str], unexpected: Sequence[str], errors: Sequence[str],
+                 whole_model: bool) -> None:
+    """Refuse a load that filled few of the weights it was meant to fill, or filled some with
+    tensors of another shape: one :class:`MismatchedCheckpointError` line (the file, how many
+    tensors matched / were missing / unexpected / mis-shaped, the switch that allows it).
+
+    ``model_numel``: name → number of values of every tensor of the module loaded into;
+    ``loaded_keys``: the names the checkpoint gave it; ``missing``, ``unexpected``, ``errors``:
+    what the load reported (``errors`` holds torch's "size mismatch for ..." lines).
+    What the load is meant to fill: an ``init_cfg`` Pretrained load (into a backbone, after its
+    prefix) every weight of that module; a load into a whole model (``load_from``, ``--resume``,
+    ``tools/test.py``'s CHECKPOINT: ``whole_model``) the weights of its ``backbone`` and of the
+    model's other parts (``neck``, ``head``, ...) that the checkpoint has, so that a head or neck
+    a downstream config adds stays at its initialisation; under ``tools/test.py`` (``complete``)
+    every weight of the model. Refused: a mis-shaped tensor, a meant weight missing under
+    ``complete``, or fewer than :data:`MIN_FILLED` of the meant values filled (counted in values,
+    so that a few small new tensors, e.g. the gates of a supernet initialised from a pretrained
+    baseline, or a detector backbone's extra norms, do not count as much as the weights).
+    Allowed anyway with :data:`PARTIAL_KEY` (the tools' config, or the running Runner's)."""
+    if not model_numel or _state['partial'] or runner_config_flag(PARTIAL_KEY):
+        return
+    shaped = {}
+    for err in errors:
+        for m in _SIZE_MISMATCH.finditer(str(err)):
+            shaped[m.group(1)] = (_shape(m.group(2)), _shape(m.group(3)))
+    missing = {k for k in missing if k in model_numel}
+    part = (lambda k: k.split('.', 1)[0])
+    complete = whole_model and _state['complete']
+    if whole_model and not complete:
+        # the backbone always; a neck or head only when the file has one
+        given = {part(k) for k in loaded_keys} | {'backbone'}
+        meant = [k for k in model_numel if part(k) in given]
+    else:
+        meant = list(model_numel)
+    lost = missing | set(shaped)
+    total = sum(model_numel[k] for k in meant)
+    filled = sum(model_numel[k] for k in meant if k not in lost)
+    n_missing = sum(1 for k in meant if k in missing)
+    n_matched = sum(1 for k in meant if k not in lost)
+    share = filled / total if total else 0.0
+    if not shaped and share >= MIN_FILLED and not (complete and n_missing):
+        return
+    why = ('it holds tensors of another shape' if shaped else
+           'it leaves weights at their initialisation, which a test would evaluate'
+           if complete and share >= MIN_FILLED else
+           'it fills few of the weights' if n_matched else 'it fills none of the weights')
+    detail = ''
+    if shaped:
+        key, (ckpt, model) = next(iter(shaped.items()))
+        detail = f' (e.g. {key}: {ckpt} in the file, {model} in the model)'
+    elif n_missing:
+        detail = f' (e.g. {next(k for k in meant if k in missing)} missing)'
+    parts = '' if not whole_model or complete else \
+        f' of its parts meant ({", ".join(sorted({part(k) for k in meant})) or "none"})'
+    raise MismatchedCheckpointError(
+        f'{_state["last_file"] or "the checkpoint"} does not fit {target}: {why}: '
+        f'{n_matched} of the {len(meant)} tensors{parts} matched '
+        f'({100 * share:.1f} % of their values), {n_missing} missing, {len(unexpected)} '
+        f'unexpected, {len(shaped)} mis-shaped{detail}.'
+        + (' Is it a checkpoint of another model?' if shaped or share < MIN_FILLED else '')
+        + f' If a partial load is what you want, set {partial_hint()}.')
 
 
 # ----------------------------------------------------------------------------- writing

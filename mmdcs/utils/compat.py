@@ -13,12 +13,21 @@ way. The message hub's ``HistoryBuffer`` is made to pickle its data only
 (:func:`patch_history_buffer_pickling`), so that the training checkpoints mmdcs writes load
 weights-only.
 
+Two more patches of mmengine's checkpoint handling, for every Runner (mmdcs's tools and mmdet's /
+mmseg's own): its ``load_state_dict`` (every load of a checkpoint into a module: ``load_from``,
+``--resume``, ``tools/test.py``, ``init_cfg`` Pretrained) refuses, in one line, a load that fills
+few of the weights it is meant to fill or fills them with tensors of another shape
+(:func:`mmdcs.utils.checkpoint.check_loaded`), where mmengine only logs a warning; its
+``save_checkpoint`` and ``CheckpointHook``'s ``last_checkpoint`` write atomically and never through
+a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's sha256 is recorded in the directory's
+manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a ``--resume`` trusts.
+
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
 and testing crash; :func:`patch_mmdet_ssd_head` sets ``SSDHead.loss_cls = None``, which selects the
 softmax branch SSD had before mmdet 3.3.
 
-Both are applied in one place, :func:`apply_compat_patches`, which :mod:`mmdcs.registry` calls
+All are applied in one place, :func:`apply_compat_patches`, which :mod:`mmdcs.registry` calls
 when it is imported (i.e. whenever an mmdcs module is built or an mmdcs tool runs). The SSDHead
 patch does not depend on the order of imports: if mmdet's ``ssd_head`` module is not imported
 yet, an import hook patches it the moment it is.
@@ -28,7 +37,8 @@ import os
 import os.path as osp
 import sys
 
-from .checkpoint import load_checkpoint_file
+from .checkpoint import check_loaded, load_checkpoint_file, record_checkpoint
+from .files import atomic_write
 
 _PATCHED = False
 
@@ -87,6 +97,150 @@ def patch_history_buffer_pickling() -> None:
     HistoryBuffer._mmdcs_plain_state = True
 
 
+def _load_state_dict(module, state_dict, strict=False, logger=None):
+    """mmengine 0.10.7's ``load_state_dict`` (the one every load of a checkpoint into a module
+    goes through: ``load_from``, ``--resume``, ``tools/test.py``, ``init_cfg`` Pretrained), plus
+    :func:`mmdcs.utils.checkpoint.check_loaded`: a non-strict load that fills few of the weights
+    it is meant to fill, or fills some with tensors of another shape, is refused in one line
+    instead of a warning in the log. ``strict=True`` raises mmengine's ``RuntimeError`` as
+    before."""
+    import logging
+
+    from mmengine.dist import get_dist_info
+    from mmengine.logging import print_log
+    from mmengine.model import BaseModel, BaseTTAModel, is_model_wrapper
+    unexpected_keys, missing_keys, err_msg = [], [], []
+    metadata = getattr(state_dict, '_metadata', None)
+    state_dict = state_dict.copy()
+    if metadata is not None:
+        state_dict._metadata = metadata
+    target = module
+    while is_model_wrapper(target) or isinstance(target, BaseTTAModel):
+        target = target.module
+    numel = {k: v.numel() for k, v in target.state_dict().items()
+             if 'num_batches_tracked' not in k}
+    loaded_keys = list(state_dict.keys())
+
+    def load(module, local_state_dict, prefix=''):
+        if is_model_wrapper(module) or isinstance(module, BaseTTAModel):
+            module = module.module
+        local_metadata = {} if metadata is None else metadata.get(prefix[:-1], {})
+        module._load_from_state_dict(local_state_dict, prefix, local_metadata, True,
+                                     missing_keys, unexpected_keys, err_msg)
+        for name, child in module._modules.items():
+            if child is not None:
+                child_prefix = prefix + name + '.'
+                child_state_dict = {k: v for k, v in local_state_dict.items()
+                                    if k.startswith(child_prefix)}
+                load(child, child_state_dict, child_prefix)
+        incompatible_keys = _IncompatibleKeys(missing_keys, unexpected_keys)
+        for hook in getattr(module, '_load_state_dict_post_hooks', {}).values():
+            out = hook(module, incompatible_keys)
+            assert out is None, ('Hooks registered with ``register_load_state_dict_post_hook`` '
+                                 'are not expected to return new values')
+
+    load(module, state_dict)
+    load = None  # break load->load reference cycle
+    missing_keys = [key for key in missing_keys if 'num_batches_tracked' not in key]
+    size_errors = list(err_msg)
+    if unexpected_keys:
+        err_msg.append(f'unexpected key in source state_dict: {", ".join(unexpected_keys)}\n')
+    if missing_keys:
+        err_msg.append(f'missing keys in source state_dict: {", ".join(missing_keys)}\n')
+    rank, _ = get_dist_info()
+    if len(err_msg) > 0 and rank == 0:
+        err_msg.insert(0, 'The model and loaded state dict do not match exactly\n')
+        text = '\n'.join(err_msg)
+        if strict:
+            raise RuntimeError(text)
+        print_log(text, logger=logger, level=logging.WARNING)
+    if strict:
+        if err_msg:  # the other ranks
+            raise RuntimeError('\n'.join(err_msg))
+        return
+    check_loaded(type(target).__name__ if not isinstance(target, BaseModel) else
+                 f'the model ({type(target).__name__})', numel, loaded_keys, missing_keys,
+                 unexpected_keys, size_errors, whole_model=isinstance(target, BaseModel))
+
+
+def _IncompatibleKeys(missing, unexpected):
+    from torch.nn.modules.module import _IncompatibleKeys as keys
+    return keys(missing, unexpected)
+
+
+def _save_checkpoint(checkpoint, filename, file_client_args=None, backend_args=None):
+    """mmengine's ``save_checkpoint`` for a local file: written atomically, never through a
+    symlink (:func:`mmdcs.utils.files.atomic_write`), and its sha256 recorded in the directory's
+    manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a later ``--resume`` of
+    the file trusts. Other destinations (``s3://`` ..., custom backends) as mmengine does."""
+    import io
+
+    import torch
+    filename = str(filename)
+    if file_client_args is not None or backend_args is not None or '://' in filename:
+        return _ORIGINAL['save_checkpoint'](checkpoint, filename,
+                                            file_client_args=file_client_args,
+                                            backend_args=backend_args)
+    with io.BytesIO() as f:
+        torch.save(checkpoint, f)
+        data = f.getvalue()
+    atomic_write(filename, data)
+    record_checkpoint(filename, data)
+
+
+def _save_checkpoint_with_step(self, runner, step, meta):
+    """mmengine 0.10.7's ``CheckpointHook._save_checkpoint_with_step``, with ``last_checkpoint``
+    written atomically and never through a symlink (mmengine opens it for writing, which writes
+    through a link planted in the work dir); the checkpoint itself goes through
+    :func:`_save_checkpoint`."""
+    from mmengine.dist import is_main_process
+    if self.max_keep_ckpts > 0:
+        if len(self.keep_ckpt_ids) > 0 and self.keep_ckpt_ids[-1] == step:
+            pass
+        else:
+            if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
+                _step = self.keep_ckpt_ids.popleft()
+                if is_main_process():
+                    ckpt_path = self.file_backend.join_path(self.out_dir,
+                                                            self.filename_tmpl.format(_step))
+                    if self.file_backend.isfile(ckpt_path):
+                        self.file_backend.remove(ckpt_path)
+                    elif self.file_backend.isdir(ckpt_path):
+                        self.file_backend.rmtree(ckpt_path)
+            self.keep_ckpt_ids.append(step)
+            runner.message_hub.update_info('keep_ckpt_ids', list(self.keep_ckpt_ids))
+    ckpt_filename = self.filename_tmpl.format(step)
+    self.last_ckpt = self.file_backend.join_path(self.out_dir, ckpt_filename)
+    runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+    runner.save_checkpoint(self.out_dir, ckpt_filename, self.file_client_args,
+                           save_optimizer=self.save_optimizer,
+                           save_param_scheduler=self.save_param_scheduler, meta=meta,
+                           by_epoch=self.by_epoch, backend_args=self.backend_args, **self.args)
+    if not is_main_process():
+        return
+    atomic_write(osp.join(runner.work_dir, 'last_checkpoint'), str(self.last_ckpt))
+
+
+_ORIGINAL = {}
+
+
+def patch_mmengine_checkpoint_saving() -> None:
+    """Checkpoints, ``last_checkpoint`` and the digest manifest are written atomically and
+    never through a symlink, by every Runner (mmdcs's tools and mmdet's / mmseg's own):
+    mmengine's ``save_checkpoint`` (the module-level function that ``Runner.save_checkpoint``,
+    the best-checkpoint and publishing code call) and ``CheckpointHook._save_checkpoint_with_step``
+    are replaced (idempotent)."""
+    import mmengine.runner as runner_pkg
+    import mmengine.runner.checkpoint as mmengine_checkpoint
+    import mmengine.runner.runner as runner_module
+    from mmengine.hooks import CheckpointHook
+    if 'save_checkpoint' not in _ORIGINAL:
+        _ORIGINAL['save_checkpoint'] = mmengine_checkpoint.save_checkpoint
+    for module in (mmengine_checkpoint, runner_module, runner_pkg):
+        module.save_checkpoint = _save_checkpoint
+    CheckpointHook._save_checkpoint_with_step = _save_checkpoint_with_step
+
+
 def patch_mmengine_checkpoint_loading() -> None:
     """Make mmengine's loader of local checkpoints safe and work with torch >= 2.6
     (idempotent)."""
@@ -100,7 +254,13 @@ def patch_mmengine_checkpoint_loading() -> None:
                                      force=True)
     # torchvision://, open-mmlab://, mmcls:// call load_from_http by its module-level name
     mmengine_checkpoint.load_from_http = _load_from_http
+    # _load_checkpoint_to_model (load_from, --resume, test.py) calls it by its module-level
+    # name, PretrainedInit imports it when it runs
+    mmengine_checkpoint.load_state_dict = _load_state_dict
+    import mmengine.runner as runner_pkg
+    runner_pkg.load_state_dict = _load_state_dict
     patch_history_buffer_pickling()
+    patch_mmengine_checkpoint_saving()
     _PATCHED = True
 
 

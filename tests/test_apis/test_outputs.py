@@ -6,8 +6,10 @@ import os.path as osp
 
 import pytest
 
-from mmdcs.apis.launch import UserError
-from mmdcs.apis.outputs import atomic_outputs, refuse_overwrite, staged_directory, write_json
+from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.outputs import (atomic_outputs, check_output_dir, check_output_file,
+                                refuse_overwrite, staged_directory, write_json, write_text,
+                                write_texts)
 
 SEARCH = 'configs/demo/dcs-mobilevit-xs_search_digits.py'
 
@@ -38,8 +40,16 @@ def test_atomic_outputs_all_or_nothing(tmp_path):
             raise RuntimeError('interrupted')
     assert a.read_text() == 'old a' and b.read_text() == 'old b'
     assert _files(tmp_path) == ['pruned.pth', 'subnet.json']  # no temporary file left
-    with atomic_outputs(str(a), str(b)) as (ta, tb):
-        assert osp.dirname(ta) == str(tmp_path) and ta.endswith('.json')
+    with pytest.raises(UserError, match='already exists'):  # no --force: refused at the end
+        with atomic_outputs(str(a), str(b)) as (ta, tb):
+            for t in (ta, tb):
+                with open(t, 'w') as f:
+                    f.write('new')
+    assert a.read_text() == 'old a' and b.read_text() == 'old b'
+    with atomic_outputs(str(a), str(b), force=True) as (ta, tb):
+        # the temporary files keep their names, in a private directory beside the results
+        assert osp.dirname(osp.dirname(ta)) == str(tmp_path) and osp.basename(ta) == a.name
+        assert os.stat(osp.dirname(ta)).st_mode & 0o777 == 0o700
         for t, text in ((ta, 'new a'), (tb, 'new b')):
             with open(t, 'w') as f:
                 f.write(text)
@@ -58,6 +68,112 @@ def test_staged_directory_refuses_before_moving_anything(tmp_path):
     with staged_directory(str(tmp_path), force=True) as stage:
         write_json(osp.join(stage, 'b.png'), {'x': 1})
     assert _files(tmp_path) == ['b.png'] and '"x": 1' in (tmp_path / 'b.png').read_text()
+
+
+def test_write_texts_all_or_none(tmp_path):
+    """A table and its JSON (latency, ib_kc_report): both or neither."""
+    (tmp_path / 'r.json').write_text('earlier')
+    with pytest.raises(UserError, match='r.json already exists'):
+        write_texts({str(tmp_path / 't.md'): 'table', str(tmp_path / 'r.json'): '{}',
+                     None: 'skipped'})
+    assert _files(tmp_path) == ['r.json']
+    write_texts({str(tmp_path / 't.md'): 'table', str(tmp_path / 'r.json'): '{}'}, force=True)
+    assert (tmp_path / 't.md').read_text() == 'table' and (tmp_path / 'r.json').read_text() == '{}'
+
+
+def test_never_written_through_a_symlink(tmp_path):
+    """A symlink planted under a result's name: refused without --force (even dangling); with
+    --force the link itself is replaced by the result, what it points to is untouched."""
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('not yours')
+    link = tmp_path / 'rows.json'
+    link.symlink_to(victim)
+    with pytest.raises(UserError, match='rows.json already exists'):
+        write_json(str(link), {'x': 1})
+    dangling = tmp_path / 'dangling.json'
+    dangling.symlink_to(tmp_path / 'nowhere')
+    with pytest.raises(UserError, match='dangling.json already exists'):
+        write_json(str(dangling), {'x': 1})
+    assert not (tmp_path / 'nowhere').exists()
+    write_json(str(link), {'x': 2}, force=True)
+    assert victim.read_text() == 'not yours'
+    assert not link.is_symlink() and '"x": 2' in link.read_text()
+    assert _files(tmp_path) == ['dangling.json', 'rows.json', 'victim.txt']
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o027, 0o077])
+def test_results_keep_the_users_umask(umask, tmp_path):
+    """The result files get 0o666 & ~umask (mkstemp-style temporary files are 0600)."""
+    old = os.umask(umask)
+    try:
+        write_text(str(tmp_path / 'table.md'), 'x\n')
+        with atomic_outputs(str(tmp_path / 'a.bin'), force=False) as (tmp, ):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)  # as mkstemp would
+            os.close(fd)
+        with staged_directory(str(tmp_path / 'figs')) as stage:
+            with open(osp.join(stage, 'f.png'), 'w') as f:
+                f.write('png')
+    finally:
+        os.umask(old)
+    for p in (tmp_path / 'table.md', tmp_path / 'a.bin', tmp_path / 'figs' / 'f.png'):
+        assert p.stat().st_mode & 0o777 == 0o666 & ~umask, p
+
+
+def test_onnx_export_keeps_the_umask_and_refuses_overwrite(tmp_path):
+    """pytorch2onnx/benchmark_onnx write their models through export_and_check: mode
+    0o666 & ~umask (was 0600), an existing file refused without force."""
+    pytest.importorskip('onnxruntime')
+    import torch
+    import torch.nn as nn
+
+    from mmdcs.apis.deploy import ExportWrapper, export_and_check
+    out = tmp_path / 'm.onnx'
+    net = nn.Sequential(nn.Conv2d(3, 4, 3)).eval()
+    old = os.umask(0o022)
+    try:
+        export_and_check(ExportWrapper(net, 'backbone'), torch.randn(1, 3, 8, 8), str(out),
+                         force=False)
+        assert out.stat().st_mode & 0o777 == 0o644
+        with pytest.raises(UserError, match='already exists'):
+            export_and_check(ExportWrapper(net, 'backbone'), torch.randn(1, 3, 8, 8),
+                             str(out), force=False)
+    finally:
+        os.umask(old)
+    assert _files(tmp_path) == ['m.onnx']
+
+
+def test_output_paths_of_the_wrong_kind(tmp_path):
+    (tmp_path / 'd').mkdir()
+    (tmp_path / 'f').write_text('x')
+    with pytest.raises(UserError, match='is a directory'):
+        check_output_file(str(tmp_path / 'd'), '--json')
+    with pytest.raises(UserError, match='is a file, not a directory'):
+        check_output_dir(str(tmp_path / 'f'), '--out')
+    with pytest.raises(UserError, match=f'{tmp_path}/f is not a directory'):
+        check_output_file(str(tmp_path / 'f' / 'sub' / 'r.json'), '--json')
+    check_output_file(str(tmp_path / 'new' / 'deeper' / 'r.json'))  # created when written
+    check_output_dir(str(tmp_path / 'd'))
+    assert _files(tmp_path) == ['d', 'f']
+
+
+def test_an_oserror_on_writing_is_one_line(tmp_path, monkeypatch, capsys):
+    """A result that cannot be placed (read-only, no space ...): one line naming the result
+    (simulated: permission bits do not stop root)."""
+    def denied(src, dst, *args, **kwargs):
+        raise PermissionError(13, 'Permission denied', dst)
+
+    monkeypatch.setattr(os, 'link', denied)
+    with pytest.raises(SystemExit) as e:
+        with user_errors():
+            write_json(str(tmp_path / 'r.json'), {'x': 1})
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip() == f'error: cannot write {tmp_path}/r.json: ' \
+        'Permission denied', err
+    assert _files(tmp_path) == []
+    with pytest.raises(SystemExit):  # any OSError naming a path (e.g. a directory written)
+        with user_errors():
+            open(str(tmp_path), 'w')
+    assert capsys.readouterr().err.strip() == f'error: {tmp_path}: Is a directory'
 
 
 def _refused(proc, path):

@@ -1,22 +1,27 @@
 """Safe checkpoint loading (mmdcs/utils/checkpoint.py): a checkpoint whose unpickling would run
 code is refused by every entry point with one line and exit code 2, without running it; a
 corrupt checkpoint is one line too; every checkpoint mmdcs writes (training, export, conversion)
-loads through the safe, weights-only path; --trust-checkpoint and the resumed run's work dir are
-the only ways to the unsafe loader."""
+loads through the safe, weights-only path; --trust-checkpoint (``trust_checkpoint = True``) and
+the checkpoints a run recorded in its work dir's digest manifest are the only ways to the unsafe
+loader; training writes its checkpoints atomically, never through a symlink; outside mmdcs's
+tools (mmdet's own tools/train.py) the refusal names the config key."""
 import builtins
+import hashlib
 import os
 import os.path as osp
 import pickle
 import shutil
+import stat
 
 import numpy as np
 import pytest
 import torch
 
 import mmdcs.registry  # noqa: F401  (registers the loaders)
-from mmdcs.utils.checkpoint import (UnreadableCheckpointError, UnsafeCheckpointError,
-                                    load_checkpoint_file, pickle_globals, save_weights,
-                                    trust_checkpoints, trust_scope)
+from mmdcs.utils.checkpoint import (MANIFEST, MismatchedCheckpointError,
+                                    UnreadableCheckpointError, UnsafeCheckpointError,
+                                    load_checkpoint_file, pickle_globals, record_checkpoint,
+                                    save_weights, trust_checkpoints, trust_scope)
 from _tools import digits_opts, load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -72,7 +77,7 @@ def corrupt(tmp_path):
 @pytest.fixture(autouse=True)
 def _fresh_trust():
     with trust_scope():
-        trust_checkpoints(all=False)
+        trust_checkpoints(all=False, partial=False, complete=False)
         yield
 
 
@@ -119,7 +124,9 @@ def test_crafted_checkpoint_is_refused_without_running_it(evil, tmp_path):
         with pytest.raises(UnsafeCheckpointError) as e:
             load_checkpoint_file(p)
         msg = str(e.value)
-        assert p in msg and 'io.open' in msg and '--trust-checkpoint' in msg
+        # no mmdcs tool in charge here: the config key (a tool names its flag: tests below)
+        assert p in msg and 'io.open' in msg and 'set `trust_checkpoint = True` in the config' \
+            in msg
         assert '\n' not in msg
     assert not osp.exists(marker)
     # what the diagnosis sees, without unpickling
@@ -127,19 +134,34 @@ def test_crafted_checkpoint_is_refused_without_running_it(evil, tmp_path):
         assert 'io.open' in pickle_globals(f.read())
 
 
-def test_trust_flag_and_resumed_work_dir_are_the_only_way_to_the_unsafe_loader(evil, tmp_path):
+def test_trust_flag_and_the_runs_own_checkpoints_are_the_only_way_to_the_unsafe_loader(
+        evil, tmp_path):
+    """A resumed run trusts a file in its work dir only when its sha256 is the one recorded in
+    the work dir's manifest when the file was saved (what this run wrote), not any file lying
+    there."""
     path, marker = evil
     work = tmp_path / 'work'
     work.mkdir()
     inside = str(work / 'epoch_1.pth')
     shutil.copy(path, inside)
     trust_checkpoints(dirs=[str(work)])
-    with pytest.raises(UnsafeCheckpointError, match='only from the run\'s work dir'):
-        load_checkpoint_file(path)          # outside the work dir: still refused
+    for p in (path, inside):  # outside the work dir, or planted in it: refused
+        with pytest.raises(UnsafeCheckpointError, match='only when this run wrote it') as e:
+            load_checkpoint_file(p)
+        assert osp.join(osp.realpath(str(work)), MANIFEST) in str(e.value)
     assert not osp.exists(marker)
-    load_checkpoint_file(inside)            # inside: the full unpickler (it does run the code)
+    record_checkpoint(inside)               # as the run records what it saves
+    with open(str(work / MANIFEST)) as f:
+        assert f.read() == f'{hashlib.sha256(open(inside, "rb").read()).hexdigest()}  ' \
+            'epoch_1.pth\n'
+    load_checkpoint_file(inside)            # recorded: the full unpickler (it does run the code)
     assert osp.exists(marker)
     os.remove(marker)
+    with open(inside, 'ab') as f:           # changed since it was recorded: refused
+        f.write(b'\0')
+    with pytest.raises(UnsafeCheckpointError):
+        load_checkpoint_file(inside)
+    assert not osp.exists(marker)
     with trust_scope():
         trust_checkpoints(all=True)
         assert torch.equal(load_checkpoint_file(path)['state_dict']['backbone.w'], torch.ones(2))
@@ -269,7 +291,8 @@ def test_train_tool_refuses_crafted_and_corrupt_checkpoints(how, evil, corrupt, 
     code, err = _main('tools/train.py', argv(path), capsys)
     line = _assert_refused(code, err, path, marker)
     if how == 'resume':
-        assert f"only from the run's work dir, {osp.realpath(work)}" in line
+        assert f"only when this run wrote it: its sha256 recorded in " \
+            f"{osp.join(osp.realpath(work), MANIFEST)}" in line
     if how in ('resume', 'init_cfg'):
         code, err = _main('tools/train.py', argv(corrupt['truncated']), capsys)
         line = _one_error_line(err)
@@ -295,6 +318,10 @@ def test_export_convert_and_analysis_tools_refuse_a_crafted_checkpoint(evil, cor
         'tools/analysis/ib_kc_report.py': [CLS_CFG, path],
         'tools/analysis/vis_cam.py': ['--model', CLS_CFG, path, '--images', images,
                                       '--num-images', '1', '--out', osp.join(out, 'c.png')],
+        # the deployment tools read checkpoints too: their refusal names their own flag
+        'tools/deployment/pytorch2onnx.py': [CLS_CFG, path, '--out', osp.join(out, 'm.onnx')],
+        'tools/deployment/test_onnx.py': [CLS_CFG, path, path, '--cfg-options',
+                                          f'test_dataloader.dataset.data_root={images}'],
     }
     for tool, args in calls.items():
         code, err = _main(tool, args, capsys)
@@ -385,3 +412,149 @@ def test_exported_and_converted_weights_load_through_the_safe_path(tmp_path, cap
         convert.main(['vit', 'deit-tiny', '--random-init', str(tmp_path / dst)])
         out = load_checkpoint_file(str(tmp_path / dst))
         assert out['meta']['arch'] == 'deit-tiny' and 'backbone.cls_token' in out['state_dict']
+
+
+# ----------------------------------------------------------------------------- the run's own files
+@pytest.mark.parametrize('how', ['path', 'auto'])
+def test_resume_refuses_a_crafted_file_planted_in_the_work_dir(how, evil, tiny_digits, tmp_path,
+                                                               capsys):
+    """``--resume WORK_DIR/epoch_1.pth`` (or ``--resume`` finding it through last_checkpoint)
+    used to trust any file inside the work dir: now only one whose sha256 the run recorded."""
+    path, marker = evil
+    work = tmp_path / 'work'
+    work.mkdir()
+    planted = str(work / 'epoch_1.pth')
+    shutil.copy(path, planted)
+    with open(str(work / 'last_checkpoint'), 'w') as f:
+        f.write(planted)
+    with open(str(work / MANIFEST), 'w') as f:  # a digest, but of another file
+        f.write(f'{"0" * 64}  epoch_1.pth\n')
+    resume = ['--resume', planted] if how == 'path' else ['--resume']
+    code, err = _main('tools/train.py', [CLS_CFG, '--work-dir', str(work)] + resume + [
+        '--cfg-options'] + digits_opts(tiny_digits), capsys)
+    line = _assert_refused(code, err, planted, marker)
+    assert osp.join(osp.realpath(str(work)), MANIFEST) in line
+
+
+def _manifest(work):
+    with open(osp.join(work, MANIFEST)) as f:
+        return {n: d for d, n in (ln.rstrip('\n').split('  ', 1) for ln in f)}
+
+
+def _sha256(path):
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.mark.xdist_group('train')
+def test_training_writes_checkpoints_atomically_never_through_a_symlink(tiny_digits, tmp_path,
+                                                                       capsys):
+    """``epoch_1.pth`` and ``last_checkpoint`` planted in the work dir as symlinks: training
+    replaces the links, never writes their targets; the files get the user's umask; the digest
+    manifest records each checkpoint; a resumed run rewrites its own epoch_2.pth (and its
+    digest) and leaves no temporary file."""
+    work = str(tmp_path / 'work')
+    os.makedirs(work)
+    victims = {}
+    for name in ('epoch_1.pth', 'last_checkpoint', MANIFEST):
+        victims[name] = str(tmp_path / f'victim-{name}')
+        with open(victims[name], 'w') as f:
+            f.write('precious\n')
+        os.symlink(victims[name], osp.join(work, name))
+    train = _tool('tools/train.py')
+    cwd, umask = os.getcwd(), os.umask(0o027)
+    os.chdir(ROOT)
+    try:
+        train.main([CLS_CFG, '--work-dir', work, '--cfg-options'] + digits_opts(tiny_digits,
+                                                                               epochs=2))
+        with open(osp.join(work, MANIFEST)) as f:
+            first = f.read()
+        train.main([CLS_CFG, '--work-dir', work, '--resume', osp.join(work, 'epoch_1.pth'),
+                    '--cfg-options'] + digits_opts(tiny_digits, epochs=2))
+    finally:
+        os.chdir(cwd)
+        os.umask(umask)
+    for name, victim in victims.items():
+        with open(victim, 'rb') as f:
+            assert f.read() == b'precious\n', f'{name}: written through the symlink'
+    for name in ('epoch_1.pth', 'epoch_2.pth', 'last_checkpoint', MANIFEST):
+        p = osp.join(work, name)
+        assert not osp.islink(p) and osp.isfile(p), name
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o640, (name, oct(os.stat(p).st_mode))
+    with open(osp.join(work, 'last_checkpoint')) as f:
+        assert f.read() == osp.join(work, 'epoch_2.pth')
+    second = _manifest(work)  # every checkpoint there (best_*.pth too), no removed one
+    assert {n for n in os.listdir(work) if n.endswith('.pth')} == set(second) >= {
+        'epoch_1.pth', 'epoch_2.pth'}
+    assert all(second[n] == _sha256(osp.join(work, n)) for n in second)
+    assert f"{second['epoch_1.pth']}  epoch_1.pth\n" in first
+    assert not [n for n in os.listdir(work) if '.tmp-' in n]
+    assert 'resumed epoch: 1' in capsys.readouterr().out
+
+
+def test_atomic_write_replaces_a_link_keeps_the_old_file_on_failure_and_the_umask(tmp_path,
+                                                                                  monkeypatch):
+    """mmdcs/utils/files.py, under the checkpoint saving: a symlink at the name is replaced (its
+    target untouched); a failed write leaves the earlier file and no temporary file; the mode
+    is 0o666 less the umask."""
+    from mmdcs.utils.files import atomic_write
+    victim, link = str(tmp_path / 'victim'), str(tmp_path / 'out.pth')
+    with open(victim, 'w') as f:
+        f.write('precious')
+    os.symlink(victim, link)
+    umask = os.umask(0o077)
+    try:
+        atomic_write(link, b'new')
+    finally:
+        os.umask(umask)
+    assert not osp.islink(link) and open(link, 'rb').read() == b'new'
+    assert open(victim).read() == 'precious'
+    assert stat.S_IMODE(os.stat(link).st_mode) == 0o600
+
+    def fail(*args):
+        raise OSError('disk full')
+
+    monkeypatch.setattr(os, 'replace', fail)
+    with pytest.raises(OSError, match='disk full'):
+        atomic_write(link, b'newer')
+    assert open(link, 'rb').read() == b'new' and sorted(os.listdir(tmp_path)) == [
+        'out.pth', 'victim']
+
+
+# ----------------------------------------------------------------------------- other tools
+def test_outside_mmdcs_tools_the_refusal_names_the_config_key(evil, tmp_path):
+    """mmdet's own tools/train.py has no --trust-checkpoint: a crafted init_cfg checkpoint of an
+    mmdet config's backbone, initialised outside mmdcs's tools, is refused with the config key
+    (``trust_checkpoint = True``), which works there: a Runner whose config sets it loads the
+    file (and ``allow_partial_checkpoint`` lets its one tensor go in)."""
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmengine.runner import Runner
+
+    import mmdet.utils
+    from mmdet.registry import MODELS
+    path, marker = evil
+    mmdet.utils.register_all_modules(init_default_scope=False)
+    cfg = Config.fromfile(osp.join(ROOT, 'configs/det/ssdlite_mobilevit-xs_200e_coco.py'))
+    cfg.model.backbone.init_cfg = dict(type='Pretrained', checkpoint=path, prefix='backbone.')
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        model = MODELS.build(cfg.model)
+    with pytest.raises(UnsafeCheckpointError) as e:
+        model.init_weights()
+    msg = str(e.value)
+    assert '\n' not in msg and path in msg and 'objects other than weights' in msg
+    assert 'If you trust its source, set `trust_checkpoint = True` in the config' in msg, msg
+    assert '--trust-checkpoint' not in msg
+    assert not osp.exists(marker)
+
+    def runner(**keys):
+        return Runner(model=model, work_dir=str(tmp_path / 'runner'),
+                      cfg=dict(default_scope='mmdet', **keys))
+
+    with pytest.raises(MismatchedCheckpointError, match='set `allow_partial_checkpoint = True`'):
+        runner(trust_checkpoint=True)._init_model_weights()
+    assert osp.exists(marker)   # trusted through the runner's config: unpickled
+    os.remove(marker)
+    model._is_init = False
+    runner(trust_checkpoint=True, allow_partial_checkpoint=True)._init_model_weights()
+    assert osp.exists(marker)

@@ -138,7 +138,8 @@ def test_checks_when_training_starts_are_one_line(capsys):
             hook.before_train(runner)
     line = _one_line_exit_2(capsys, start, RegularizerHook(), runner)
     assert line == ('error: model.regularizer.t_warm = 5 is not below max_epochs = 5: the ib '
-                    'term would never be used')
+                    'term would never be used; set --cfg-options model.regularizer.t_warm=4 or '
+                    'train_cfg.max_epochs=7')
     line = _one_line_exit_2(capsys, start, TemperatureHook(),
                             types.SimpleNamespace(model=nn.Linear(2, 2)))
     assert 'no Gumbel gates' in line
@@ -151,3 +152,67 @@ def test_other_errors_still_raise():
     with pytest.raises(TypeError):
         with user_errors():
             len(3)
+
+
+def _cfg_options(*items):
+    """``--cfg-options`` parsed as the tools parse them (mmengine's value parsing)."""
+    from mmdcs.apis.launch import ToolParser, add_cfg_options
+    parser = ToolParser()
+    add_cfg_options(parser)
+    return parser.parse_args(['--cfg-options'] + list(items)).cfg_options
+
+
+@pytest.mark.parametrize('option, expected', [
+    ('model.backbone.tau=', "error: model.backbone.tau = '': the value is empty; a number is "
+     'expected here'),
+    ('model.backbone.tau=abc', "error: model.backbone.tau = 'abc': 'abc' is not a number; a "
+     'number is expected here'),
+    ('model.cost.target.flops=abc', "error: cost.target.flops = 'abc' is not a number: a flops "
+     'target is a ratio'),
+    ('model.cost.target.flops=', "error: cost.target.flops = '' is empty: a flops target is "
+     'a ratio'),
+])
+def test_a_string_where_a_number_is_expected(option, expected, capsys):
+    """An empty or non-numeric --cfg-options value: said to be that (was "= nan", or
+    "'>' not supported between instances of 'str' and 'int'")."""
+    from mmdcs.apis.subnet_io import build_model, load_task_config
+    opts = _cfg_options(option)
+
+    def build():
+        with user_errors():
+            cfg, scope = load_task_config(osp.join(ROOT, SEARCH), opts)
+            build_model(cfg.model, scope)
+    line = _one_line_exit_2(capsys, build)
+    assert line.startswith(expected), line
+
+
+def test_cfg_options_without_key_value_is_one_line(capsys):
+    from mmdcs.apis.launch import ToolParser, add_cfg_options
+    parser = ToolParser(prog='tool.py')
+    add_cfg_options(parser)
+    line = _one_line_exit_2(capsys, parser.parse_args, ['--cfg-options', ''])
+    assert line == ("error: argument --cfg-options: '' is not KEY=VALUE (e.g. "
+                    'train_cfg.max_epochs=2; quote a value with spaces or brackets) (see '
+                    'tool.py --help)')
+
+
+@pytest.mark.parametrize('rank, expected', [
+    (100000, 'is not below the width of any Linear_θ of mobilevit-xs (the widest is 144)'),
+    (144, 'is not below the width of any Linear_θ'),
+])
+def test_theta_rank_that_factors_nothing_is_refused(rank, expected, capsys):
+    """theta_rank ≥ every Linear_θ's width would silently be the full layer: refused, naming
+    model.backbone.theta_rank and the range; a rank below the widest layer works."""
+    from mmdcs.apis.subnet_io import build_model, load_task_config
+
+    def build(rank):
+        with user_errors():
+            cfg, scope = load_task_config(osp.join(ROOT, SEARCH),
+                                          {'model.backbone.theta_rank': rank})
+            return build_model(cfg.model, scope)
+    line = _one_line_exit_2(capsys, build, rank)
+    assert line.startswith(f'error: model.backbone.theta_rank = {rank}: '), line
+    assert expected in line and '1 ≤ theta_rank ≤ 143' in line, line
+    model = build(143)  # below the widest: factored where it saves something
+    ranks = {m.theta_rank for m in model.modules() if hasattr(m, 'theta_down')}
+    assert 143 in ranks

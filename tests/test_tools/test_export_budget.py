@@ -7,7 +7,7 @@ import os.path as osp
 import pytest
 import torch
 
-from mmdcs.selection import SubnetSpec
+from mmdcs.selection import SubnetSpec, hidden_selectors
 from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -146,3 +146,175 @@ def test_bad_budgets_are_one_line_exit_2(setup, tmp_path, capsys, argv, message)
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(message, err[0]), err
+
+
+# ----------------------------------------------------------------- hidden units (issue 22)
+HIDDEN_CONFIG = """default_scope = 'mmpretrain'
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(type='mmdcs.{family}', arch='{arch}', variant='{variant}',
+                  select_hidden={hidden!r}{extra}),
+    neck={neck},
+    head=dict(type='LinearClsHead', num_classes=10, in_channels={channels}))
+"""
+HIDDEN_CASES = {
+    'vit': dict(family='ViT', arch='deit-tiny', variant='kcr', hidden=True,
+                extra=', img_size=32', neck=None, channels=192),
+    'mobilevit': dict(family='MobileViT', arch='mobilevit-xs', variant='dcs', hidden='all',
+                      extra='', neck="dict(type='GlobalAveragePooling')", channels=384),
+}
+
+
+@pytest.fixture(scope='module')
+def hidden_setup(tmp_path_factory):
+    """Supernets with hidden-unit selection and random gates: ViT (KCR) whose searched hidden
+    units are few (β mostly < 0), MobileViT-XS (DCS, select_hidden='all') whose are many."""
+    from mmengine.config import Config
+
+    from mmdcs.apis.subnet_io import build_model
+    import mmpretrain.utils
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    root = tmp_path_factory.mktemp('hidden_budget')
+    out = {}
+    for name, case in HIDDEN_CASES.items():
+        path = osp.join(str(root), f'{name}.py')
+        with open(path, 'w') as f:
+            f.write(HIDDEN_CONFIG.format(**case))
+        torch.manual_seed(0)
+        model = build_model(Config.fromfile(path).model, 'mmpretrain')
+        g = torch.Generator().manual_seed(1)
+        shift = -2. if name == 'vit' else 1.
+        with torch.no_grad():
+            for pname, p in model.named_parameters():
+                if pname.endswith('hidden_select.alpha'):
+                    p.copy_(torch.randn(p.shape, generator=g) + shift)
+                elif pname.endswith('select.alpha'):
+                    p.copy_(torch.randn(p.shape, generator=g) + 1.)
+        ckpt = osp.join(str(root), f'{name}.pth')
+        torch.save({'state_dict': model.state_dict()}, ckpt)
+        out[name] = dict(config=path, ckpt=ckpt, model=model)
+    return out
+
+
+def _export(src, out, argv, capsys):
+    _load_tool('tools/export_subnet.py').main([src['config'], src['ckpt'], '--out', out] + argv)
+    capsys.readouterr()
+    return SubnetSpec.load(osp.join(out, 'subnet.json'))
+
+
+def test_hidden_selection_export_meets_a_target_above_the_searched_hidden_units(
+        hidden_setup, tmp_path, capsys):
+    """KCR ViT whose searched hidden units ({β > 0}) allow about 0.45 of the parameters:
+    --target-params 0.75 used to keep every channel and 'achieve' the 0.45 with exit 0; the
+    joint ranking of channels and hidden units meets it (measured on the built model)."""
+    src = hidden_setup['vit']
+    spec = _export(src, str(tmp_path / 'out'), ['--target-params', '0.75', '--multiple-of', '8'],
+                   capsys)
+    m = spec.meta['budget']['measured']['params']
+    assert m['ratio'] == pytest.approx(0.75, abs=0.01)
+    assert m['pruned'] == spec.meta['budget']['achieved']
+    assert spec.meta['budget']['ranked'] == 'channels and hidden units'
+    searched = {k: int((s.alpha > 0).sum())
+                for k, s in hidden_selectors(src['model'].backbone).items()}
+    assert sum(h.kept for h in spec.hidden) > sum(searched.values())
+    for h in spec.hidden + spec.blocks:
+        assert h.kept % 8 == 0 or h.kept == h.dim
+    # the hidden units kept are each module's best sigmoid(β)
+    for h in spec.hidden:
+        beta = src['model'].backbone.get_submodule(h.name).hidden_select.alpha.detach()
+        assert set(h.keep) == set(beta.argsort(descending=True)[:h.kept].tolist())
+
+
+def test_hidden_all_export_at_a_non_nominal_size_meets_a_target_below_the_old_floor(
+        hidden_setup, tmp_path, capsys):
+    """MobileViT-XS with select_hidden='all' at 96x80 (nominal 256): keeping the searched hidden
+    units set a floor above 0.45, so --target-flops 0.45 was refused; ranking them too meets it,
+    and the count at that size is exact (mmengine's count of the built pruned classifier)."""
+    src = hidden_setup['mobilevit']
+    spec = _export(src, str(tmp_path / 'out'),
+                   ['--target-flops', '0.45', '--shape', '96', '80'], capsys)
+    b = spec.meta['budget']
+    assert b['input_size'] == [96, 80]
+    assert b['measured']['flops']['ratio'] == pytest.approx(0.45, abs=0.01)
+    assert b['measured']['flops']['pruned'] == pytest.approx(b['achieved'], rel=1e-9)
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--target-flops', '0.01'], r'--target-flops = 0.01 cannot be met.*floor 0\.\d+ \(one '
+     r'channel or hidden unit kept in every prunable block and hidden-selected module'),
+    (['--target-params', '0.05', '--multiple-of', '64'],
+     r'--target-params = 0.05 cannot be met.*floor 0\.\d+ \(one group of 64'),
+    (['--target-flops', '1.2'], r'--target-flops = 1.2 cannot be met.*ceiling 1'),
+])
+def test_unreachable_hidden_targets_are_one_line_exit_2_nothing_written(
+        hidden_setup, tmp_path, capsys, argv, message):
+    import re
+    out = tmp_path / 'out'
+    src = hidden_setup['vit']
+    with pytest.raises(SystemExit) as e:
+        _load_tool('tools/export_subnet.py').main(
+            [src['config'], src['ckpt'], '--out', str(out)] + argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(message, err[0]), err
+    assert not out.exists()
+
+
+def test_magnitude_ranks_hidden_units_with_normalised_norms(setup, tmp_path, capsys):
+    """--method magnitude from a baseline checkpoint with hidden-unit selection asked for:
+    channels and hidden units ranked jointly by weight norms, each relative to its unit's mean.
+    A quarter of every MLP's hidden units have (near) zero weights: they go first (before the
+    channels, whose norms are alike), and the budget is met."""
+    src = setup['baseline']
+    state = {k: v.clone() for k, v in src['model'].state_dict().items()}
+    g = torch.Generator().manual_seed(2)
+    dead = {}
+    for k in [k for k in state if k.endswith('mlp.fc1.weight')]:
+        name = k[len('backbone.'):-len('.fc1.weight')]
+        idx = torch.randperm(state[k].shape[0], generator=g)[:state[k].shape[0] // 4]
+        state[k][idx] *= 1e-3
+        state[k.replace('fc1', 'fc2')][:, idx] *= 1e-3
+        dead[name] = set(idx.tolist())
+    ckpt = str(tmp_path / 'dead.pth')
+    torch.save({'state_dict': state}, ckpt)
+    out = str(tmp_path / 'out')
+    _load_tool('tools/export_subnet.py').main(
+        [src['config'], ckpt, '--out', out, '--method', 'magnitude', '--target-flops', '0.6',
+         '--cfg-options', 'model.backbone.select_hidden=True'])
+    capsys.readouterr()
+    spec = SubnetSpec.load(osp.join(out, 'subnet.json'))
+    b = spec.meta['budget']
+    assert b['normalize'] == 'mean' and b['ranked'] == 'channels and hidden units'
+    assert b['measured']['flops']['ratio'] == pytest.approx(0.6, abs=0.01)
+    assert len(spec.hidden) == len(dead)
+    for h in spec.hidden:
+        # the dead units went first (a few may come back at the end to fill the budget)
+        assert set(range(h.dim)) - dead[h.name] <= set(h.keep)
+        assert len(dead[h.name] & set(h.keep)) <= h.dim // 100
+        w1, w2 = state[f'backbone.{h.name}.fc1.weight'], state[f'backbone.{h.name}.fc2.weight']
+        norms = (w1.pow(2).sum(1) + w2.pow(2).sum(0))
+        assert set(h.keep) == set(norms.argsort(descending=True)[:h.kept].tolist())
+
+
+def test_a_count_the_built_model_does_not_confirm_writes_nothing(setup, tmp_path, capsys,
+                                                                monkeypatch):
+    """The export measures the built pruned model with mmengine; a budget count that it does
+    not confirm (here a calibration made wrong on purpose) is refused, nothing written."""
+    import mmdcs.analysis.complexity as complexity
+    real = complexity.calibrate_cost
+
+    def off_by_1000(model, resource='flops', input_size=None):
+        cost = real(model, resource, input_size)
+        cost.const += 1000.
+        return cost
+
+    monkeypatch.setattr(complexity, 'calibrate_cost', off_by_1000)
+    out = tmp_path / 'out'
+    with pytest.raises(SystemExit) as e:
+        _load_tool('tools/export_subnet.py').main(
+            [setup['dcs']['config'], setup['dcs']['ckpt'], '--out', str(out), '--target-flops',
+             '0.7'])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'where the budget\'s count predicts' in err[0], err
+    assert not out.exists()

@@ -172,4 +172,4 @@ def test_export_multiple_of_rounds_widths_and_keeps_outputs(supernet, tmp_path, 
         assert_close_scaled(pruned(x, mode='tensor'), supernet['model'](x, mode='tensor'), 1e-4)
     with pytest.raises(SystemExit):
         tool.main([supernet['config'], supernet['ckpt'], '--out', out, '--multiple-of', '0'])
-    assert '--multiple-of must be a positive integer' in capsys.readouterr().err
+    assert 'argument --multiple-of: must be an integer ≥ 1, got 0' in capsys.readouterr().err

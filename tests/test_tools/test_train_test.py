@@ -135,13 +135,14 @@ def test_missing_teacher_checkpoint_is_one_clear_error_before_training(tiny_digi
 def test_bad_subnet_file_is_one_clear_error_in_train_py(tiny_digits, tmp_path, run_tool, option,
                                                         message):
     """A subnet file that is missing or not a subnet, met while the runner builds the model, is
-    one line and exit code 2 (tools/train.py, as every tool under user_errors)."""
+    one line and exit code 2 (tools/train.py, as every tool under user_errors). Three epochs:
+    the retraining's t_warm = 2 must be below them (else the pre-flight refuses it first)."""
     bad = tmp_path / 'bad.json'
     bad.write_text('{"format": "bogus"}')
     names = dict(missing=str(tmp_path / 'missing.json'), bad=str(bad))
     proc = run_tool(['tools/train.py', 'configs/demo/dcs-mobilevit-xs_retrain_digits.py',
                      '--work-dir', str(tmp_path / 'wd'), '--cfg-options',
-                     option.format(**names)] + digits_opts(tiny_digits))
+                     option.format(**names)] + digits_opts(tiny_digits, epochs=3))
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert message.format(**names) in proc.stderr
     assert 'Traceback' not in proc.stderr

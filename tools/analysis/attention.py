@@ -26,7 +26,6 @@ a query's map covers its window only. MobileViT attends over the patches of each
 positions of a 2×2 patch; maps average them. EfficientViT (ReLU linear attention, no softmax
 matrix) is not supported. CHECKPOINT may be `none` (random weights).
 """
-import argparse
 import json
 import os.path as osp
 import sys
@@ -37,17 +36,18 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, staged_directory
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
+                               non_negative_int, positive_float, positive_int, positive_size,
+                               set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, check_output_dir, refuse_overwrite,
+                                staged_directory)
 
 
 #: the files written to --out-dir
 OUTPUT_FILES = ('attention.md', 'entropy_hist.png', 'attention_map.png', 'attention.json')
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='Attention entropy, maps and Q/K ranks of DCS models')
+    p = ToolParser(description='Attention entropy, maps and Q/K ranks of DCS models')
     src = p.add_argument_group('models (one of)')
     src.add_argument('--model', nargs=2, action='append', metavar=('CONFIG', 'CHECKPOINT'),
                      help='a classifier config and checkpoint (repeat to compare)')
@@ -58,24 +58,25 @@ def parse_args(argv=None):
                      help='--arch mode: random Linear_θ of the Q/K selectors (masks not all 1)')
     p.add_argument('--names', nargs='+', help='one name per model')
     p.add_argument('--images', help='an image file or a folder of images (recursive)')
-    p.add_argument('--random', type=int, default=None, metavar='N',
+    p.add_argument('--random', type=positive_int, default=None, metavar='N',
                    help='N random smooth inputs instead of images')
-    p.add_argument('--num-images', type=int, default=16, help='images used (the first N)')
-    p.add_argument('--size', type=int, default=None,
+    p.add_argument('--num-images', type=positive_int, default=16, help='images used (the first N)')
+    p.add_argument('--size', type=positive_size, default=None,
                    help='input size (default: the config\'s pipeline; --arch: nominal)')
-    p.add_argument('--batch-size', type=int, default=8)
+    p.add_argument('--batch-size', type=positive_int, default=8)
     p.add_argument('--block', default='-1', help='attention block of the histogram and map')
     p.add_argument('--head', type=int, default=0, help='map head (-1: mean of the heads)')
     p.add_argument('--query', default='auto', help='auto | cls | centre | Y,X (fractions)')
-    p.add_argument('--map-image', type=int, default=0, help='index of the image of the map')
-    p.add_argument('--rank-images', type=int, default=2,
+    p.add_argument('--map-image', type=non_negative_int, default=0,
+                   help='index of the image of the map')
+    p.add_argument('--rank-images', type=non_negative_int, default=2,
                    help='images whose Q/K products are ranked (0: no rank)')
-    p.add_argument('--rank-rtol', type=float, default=1e-7,
+    p.add_argument('--rank-rtol', type=positive_float, default=1e-7,
                    help='relative tolerance of the numerical rank (float64 SVD)')
-    p.add_argument('--bins', type=int, default=40)
+    p.add_argument('--bins', type=positive_int, default=40)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--out-dir', default='work_dirs/attention')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
+    p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                    help='override settings of every config, key=value')
     add_trust_flag(p)
     add_force_argument(p)
@@ -145,6 +146,7 @@ def main(argv=None):
                                               resolve_block)
         from mmdcs.apis.loading import list_images, load_classifier, load_images, random_images
         t0 = time.perf_counter()
+        check_output_dir(args.out_dir, '--out-dir')
         refuse_overwrite([osp.join(args.out_dir, n) for n in OUTPUT_FILES], args.force)
         if args.model:
             names = args.names or [osp.splitext(osp.basename(c))[0] for c, _ in args.model]

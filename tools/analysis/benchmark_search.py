@@ -31,6 +31,8 @@ import torch
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
+from mmdcs.apis.launch import (ToolParser, positive_int, positive_size, unit_ratio,
+                                user_errors)
 from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.registry import MODELS
 
@@ -193,28 +195,27 @@ def memory_benchmark(args):
               f'{sizes[1] / 1024:8.1f} KiB   ratio {sizes[1] / sizes[0]:.2f}')
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None):
+    parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--arch', default='mobilevit-xs')
-    parser.add_argument('--size', type=int, default=64)
-    parser.add_argument('--batch', type=int, default=32)
-    parser.add_argument('--steps', type=int, default=4)
-    parser.add_argument('--repeats', type=int, default=5)
-    parser.add_argument('--threads', type=int, default=2)
-    parser.add_argument('--target-flops', type=float, default=None, metavar='R',
+    parser.add_argument('--size', type=positive_size, default=64)
+    parser.add_argument('--batch', type=positive_int, default=32)
+    parser.add_argument('--steps', type=positive_int, default=4)
+    parser.add_argument('--repeats', type=positive_int, default=5)
+    parser.add_argument('--threads', type=positive_int, default=2)
+    parser.add_argument('--target-flops', type=unit_ratio, default=None, metavar='R',
                         help='also time the architecture step of a search aimed at R of the '
                         'baseline FLOPs')
-    parser.add_argument('--keep-ratio', type=float, default=0.7,
+    parser.add_argument('--keep-ratio', type=unit_ratio, default=0.7,
                         help='kept channels of the pruned subnet of the retraining benchmark')
-    args = parser.parse_args()
-    torch.manual_seed(0)
-    torch.set_num_threads(args.threads)
-    print(f'torch {torch.__version__}, {args.threads} threads, CPU')
-    search_benchmark(args)
-    regularizer_benchmark(args)
-    memory_benchmark(args)
-
+    args = parser.parse_args(argv)
+    with user_errors():
+        torch.manual_seed(0)
+        torch.set_num_threads(args.threads)
+        print(f'torch {torch.__version__}, {args.threads} threads, CPU')
+        search_benchmark(args)
+        regularizer_benchmark(args)
+        memory_benchmark(args)
 
 if __name__ == '__main__':
     main()

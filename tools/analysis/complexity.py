@@ -19,7 +19,6 @@ the config's input size or --shape, optionally pruned to an exported subnet:
     python tools/analysis/complexity.py CONFIG [--subnet subnet.json] [--shape H [W]]
         [--whole] [--cfg-options k=v ...]
 """
-import argparse
 import os.path as osp
 import sys
 import time
@@ -29,22 +28,21 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, user_errors
-from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_text
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, positive_size, unit_ratio,
+                               user_errors)
+from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Params and FLOPs of mmdcs models')
+    parser = ToolParser(description='Params and FLOPs of mmdcs models')
     parser.add_argument('config', nargs='?', help='a config (omit with --table)')
     parser.add_argument('--table', action='store_true',
                         help='the table of every model: baseline, supernet, subnets')
     parser.add_argument('--models', nargs='+', default=None,
                         help='archs of the table (default: the seven of method.md §9)')
-    parser.add_argument('--ratios', type=float, nargs='+', default=[0.9, 0.7],
+    parser.add_argument('--ratios', type=unit_ratio, nargs='+', default=[0.9, 0.7],
                         help='kept ratios of the table\'s subnets')
-    parser.add_argument('--size', type=int, default=None,
+    parser.add_argument('--size', type=positive_size, default=None,
                         help='one input size for every table row (default: each model\'s '
                         'nominal size, 224 or 256)')
     parser.add_argument('--seed', type=int, default=0, help='seed of the random subnets')
@@ -59,12 +57,12 @@ def parse_args(argv=None):
                         'ours beside the paper\'s')
     parser.add_argument('--out', help='also write the table (markdown) to this file')
     parser.add_argument('--subnet', help='config mode: build the backbone from this subnet.json')
-    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+    parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help='config mode: input size H [W] (default: the config\'s)')
     parser.add_argument('--whole', action='store_true',
                         help='config mode: also count the whole model of a detection or '
                         'segmentation config (classifiers: always)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                         help='config mode: override settings of the config, key=value')
     add_force_argument(parser)
     args = parser.parse_args(argv)
@@ -89,7 +87,7 @@ def run_paper_budget(args) -> str:
     print(text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t0:.0f} s)')
     if args.out:
-        write_text(args.out, text + '\n')
+        write_text(args.out, text + '\n', force=args.force)
     return text
 
 
@@ -114,7 +112,7 @@ def run_table(args) -> str:
     print(text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t0:.0f} s)')
     if args.out:
-        write_text(args.out, text + '\n')
+        write_text(args.out, text + '\n', force=args.force)
     return text
 
 
@@ -172,6 +170,7 @@ def run_config(args) -> list:
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        check_output_file(args.out, '--out')
         refuse_overwrite([args.out], args.force)
         if args.paper_budget:
             run_paper_budget(args)

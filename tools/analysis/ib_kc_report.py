@@ -23,7 +23,7 @@ average, L2-normalised) and the labels Y give
 
 CHECKPOINT may be `none` (random weights, for a smoke test).
 """
-import argparse
+import json
 import os.path as osp
 import sys
 import time
@@ -33,33 +33,34 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_json, write_text
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
+                               positive_float, positive_int, set_checkpoint_trust, unit_ratio,
+                               user_errors)
+from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
+                                write_texts)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='IB and kernel-complexity report of classifiers')
+    p = ToolParser(description='IB and kernel-complexity report of classifiers')
     p.add_argument('models', nargs='+', metavar='CONFIG CHECKPOINT',
                    help='pairs of a config and its checkpoint (`none`: random weights)')
     p.add_argument('--names', nargs='+', help='one column name per model')
     p.add_argument('--split', default='val', choices=['train', 'val', 'test'],
                    help='the config\'s dataloader to read (default val)')
-    p.add_argument('--max-images', type=int, default=None,
+    p.add_argument('--max-images', type=positive_int, default=None,
                    help='a seeded random subset of this many images (default: all)')
-    p.add_argument('--batch-size', type=int, default=32)
-    p.add_argument('--s', type=float, default=1.0, help='scale of the soft assignments φ')
-    p.add_argument('--kmeans-iters', type=int, default=50)
-    p.add_argument('--gamma', type=float, default=0.1, help='TNN rank ratio γ')
-    p.add_argument('--kcr-lr', type=float, default=None,
+    p.add_argument('--batch-size', type=positive_int, default=32)
+    p.add_argument('--s', type=positive_float, default=1.0, help='scale of the soft assignments φ')
+    p.add_argument('--kmeans-iters', type=positive_int, default=50)
+    p.add_argument('--gamma', type=unit_ratio, default=0.1, help='TNN rank ratio γ')
+    p.add_argument('--kcr-lr', type=positive_float, default=None,
                    help='η of the KCR bounds\' gradient descent (default 1/λ̂_1)')
-    p.add_argument('--kcr-steps', type=int, default=100, help='t of the KCR bounds')
+    p.add_argument('--kcr-steps', type=positive_int, default=100, help='t of the KCR bounds')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--device', default='cpu')
     p.add_argument('--json', help='write the reports (name → values) as JSON here')
     p.add_argument('--out', help='write the markdown table here')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
+    p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                    help='override settings of every config, key=value')
     add_trust_flag(p)
     add_force_argument(p)
@@ -80,6 +81,8 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         set_checkpoint_trust(args)
+        check_output_file(args.out, '--out')
+        check_output_file(args.json, '--json')
         refuse_overwrite([args.out, args.json], args.force)
         from mmdcs.analysis.reports import classifier_report, format_report
         from mmdcs.apis.loading import dataset_batches, load_classifier
@@ -109,10 +112,8 @@ def main(argv=None):
                   f'{time.perf_counter() - t0:.0f} s', flush=True)
         text = format_report(reports)
         print('\n' + text)
-        if args.out:
-            write_text(args.out, text + '\n')
-        if args.json:
-            write_json(args.json, reports)
+        write_texts({args.out: text + '\n', args.json: json.dumps(reports, indent=1) + '\n'},
+                    args.force)
         return reports
 
 

@@ -40,7 +40,7 @@ unchanged / added / outside) with the latency ratio expected if the narrowed mod
 FLOPs ratio; --theta-fusion (DCS) qkv and Linear_θ as two matmuls vs one. While timing, glibc
 keeps freed memory for reuse (--system-malloc: leave the allocator as it is).
 """
-import argparse
+import json
 import os.path as osp
 import sys
 import time
@@ -50,23 +50,24 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, user_errors
-from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, write_json, write_text
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, non_negative_float,
+                               non_negative_int, positive_int, positive_size, unit_ratio,
+                               user_errors)
+from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
+                                write_texts)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='Latency of pruned subnets vs their baselines')
+    p = ToolParser(description='Latency of pruned subnets vs their baselines')
     p.add_argument('--models', nargs='+', default=None,
                    help='archs (default: vit-s16 vit-b16 swin-t swin-b mobilevit-xs mobilevit-s '
                    'efficientvit-b1)')
-    p.add_argument('--ratio', type=float, default=0.7,
+    p.add_argument('--ratio', type=unit_ratio, default=0.7,
                    help='kept ratio of the random subnets (default 0.7)')
-    p.add_argument('--multiple-of', type=int, default=None, metavar='N',
+    p.add_argument('--multiple-of', type=positive_int, default=None, metavar='N',
                    help='round the random subnets\' kept widths up to a multiple of N (as '
                    'tools/export_subnet.py --multiple-of; default 1, with --target-flops 8)')
-    p.add_argument('--target-flops', type=float, default=None, metavar='R',
+    p.add_argument('--target-flops', type=unit_ratio, default=None, metavar='R',
                    help='random subnets at this FLOPs ratio to the baseline instead of --ratio')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
                    help='with --target-flops: also prune every MLP\'s hidden units; "all": '
@@ -78,26 +79,26 @@ def parse_args(argv=None):
     p.add_argument('--variant', default=None,
                    help='variant of the random subnets (default: the paper\'s per family: kcr '
                    'for vit/swin, dcs for mobilevit/efficientvit)')
-    p.add_argument('--theta-rank', type=int, default=None, metavar='R',
+    p.add_argument('--theta-rank', type=positive_int, default=None, metavar='R',
                    help='DCS random subnets: Linear_θ at rank R (D→R→D; default full rank, '
                         'the paper)')
     p.add_argument('--subnet', help='an exported subnet.json (its arch replaces --models)')
     p.add_argument('--config', help='time the backbone of this config (a pruned subnet, or with '
                    '--subnet) against the same backbone as a baseline')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
+    p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                    help='config mode: override settings, key=value')
-    p.add_argument('--size', type=int, default=None,
+    p.add_argument('--size', type=positive_size, default=None,
                    help='input size (default: each model\'s nominal size, 224 or 256; in config '
                    'mode the config\'s)')
-    p.add_argument('--batch-sizes', type=int, nargs='+', default=[1, 16])
-    p.add_argument('--threads', type=int, default=1,
+    p.add_argument('--batch-sizes', type=positive_int, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=positive_int, default=1,
                    help='CPU intra-op threads (torch.set_num_threads), default 1')
-    p.add_argument('--warmup', type=int, default=3)
-    p.add_argument('--repeats', type=int, default=10, help='timed rounds (median taken)')
-    p.add_argument('--number', type=int, default=1, help='calls per timed round')
+    p.add_argument('--warmup', type=non_negative_int, default=3)
+    p.add_argument('--repeats', type=positive_int, default=10, help='timed rounds (median taken)')
+    p.add_argument('--number', type=positive_int, default=1, help='calls per timed round')
     p.add_argument('--devices', nargs='+', default=['cpu', 'cuda'], choices=['cpu', 'cuda'],
                    help='cuda is skipped when not available')
-    p.add_argument('--tolerance', type=float, default=0.05,
+    p.add_argument('--tolerance', type=non_negative_float, default=0.05,
                    help='allowed |latency ratio - FLOPs ratio| (default 0.05)')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--system-malloc', action='store_true',
@@ -114,8 +115,9 @@ def parse_args(argv=None):
     p.add_argument('--theta-fusion', action='store_true',
                    help='DCS subnets: also time each attention\'s qkv and Linear_θ matmuls as '
                         'they run and fused into one matmul (does fusing them pay?)')
-    p.add_argument('--profile-top', type=int, default=12, help='operators printed per model')
-    p.add_argument('--profile-rounds', type=int, default=3,
+    p.add_argument('--profile-top', type=positive_int, default=12,
+                   help='operators printed per model')
+    p.add_argument('--profile-rounds', type=positive_int, default=3,
                    help='interleaved profiling sessions (median per operator)')
     p.add_argument('--out', help='also write the markdown table here')
     p.add_argument('--json', help='also write the rows (and profiles) as JSON here')
@@ -297,16 +299,17 @@ def run(args):
     text += '\n\n' + environment_note()
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
-    if args.out:
-        write_text(args.out, text + '\n')
-    if args.json:
-        write_json(args.json, dict(rows=rows, profiles=profiles))
+    write_texts({args.out: text + '\n',
+                 args.json: json.dumps(dict(rows=rows, profiles=profiles), indent=1) + '\n'},
+                args.force)
     return rows
 
 
 def main(argv=None):
     args = parse_args(argv)
     with user_errors():
+        check_output_file(args.out, '--out')
+        check_output_file(args.json, '--json')
         refuse_overwrite([args.out, args.json], args.force)
         return run(args)
 

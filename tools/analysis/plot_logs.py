@@ -10,7 +10,6 @@ scalars.json / <timestamp>.json file. The legend names default to the work dirs'
 Writes <out-dir>/<prefix>{ib,kc,training}.png (the figures the logs have data for; --keys adds
 custom.png with one panel per scalar) and prints the last value of the main scalars per run.
 """
-import argparse
 import os.path as osp
 import sys
 
@@ -19,12 +18,13 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import UserError, user_errors
-from mmdcs.apis.outputs import add_force_argument, refuse_overwrite, staged_directory
+from mmdcs.apis.launch import ToolParser, UserError, user_errors
+from mmdcs.apis.outputs import (add_force_argument, check_output_dir, refuse_overwrite,
+                                staged_directory)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='Plot IB/IBB, TNN/KC, loss and accuracy per epoch '
+    p = ToolParser(description='Plot IB/IBB, TNN/KC, loss and accuracy per epoch '
                                 'from mmengine JSON logs')
     p.add_argument('runs', nargs='+', help='work dirs or scalars.json files')
     p.add_argument('--names', nargs='+', help='legend names, one per run')
@@ -57,6 +57,7 @@ def main(argv=None):
             names = [f'{n} ({i + 1})' for i, n in enumerate(names)]
         runs = dict(zip(names, args.runs))
         pngs = list(args.figures) + (['custom'] if args.keys else [])
+        check_output_dir(args.out_dir, '--out-dir')
         refuse_overwrite([osp.join(args.out_dir, f'{args.prefix}{f}.png') for f in pngs],
                          args.force)
         with staged_directory(args.out_dir, args.force) as stage:

@@ -15,7 +15,6 @@ dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`, MobileVi
 --target-class. Images go through the config's test pipeline and data preprocessor.
 CHECKPOINT may be `none` (random weights).
 """
-import argparse
 import os.path as osp
 import sys
 
@@ -24,26 +23,27 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_int,
+                               positive_size, set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_file,
+                                refuse_overwrite)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='Grad-CAM of classifiers (DCS paper, Fig. 7)')
+    p = ToolParser(description='Grad-CAM of classifiers (DCS paper, Fig. 7)')
     p.add_argument('--model', nargs=2, action='append', required=True,
                    metavar=('CONFIG', 'CHECKPOINT'),
                    help='a classifier config and checkpoint (repeat to compare)')
     p.add_argument('--names', nargs='+', help='one row name per model')
     p.add_argument('--images', nargs='+', required=True, help='image files or folders')
-    p.add_argument('--num-images', type=int, default=6, help='at most this many images')
+    p.add_argument('--num-images', type=positive_int, default=6, help='at most this many images')
     p.add_argument('--target-layer', help='dotted path in the model (default: per family)')
     p.add_argument('--target-class', type=int, default=None,
                    help='class index (default: the predicted class of each model)')
-    p.add_argument('--size', type=int, default=None, help='resize after the test pipeline')
+    p.add_argument('--size', type=positive_size, default=None,
+                   help='resize after the test pipeline')
     p.add_argument('--out', default='work_dirs/cam/grad_cam.png', help='output PNG')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
+    p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                    help='override settings of every config, key=value')
     add_trust_flag(p)
     add_force_argument(p)
@@ -57,6 +57,7 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         set_checkpoint_trust(args)
+        check_output_file(args.out, '--out')
         refuse_overwrite([args.out], args.force)
         from mmdcs.analysis.gradcam import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
         from mmdcs.apis.loading import list_images, load_classifier, load_images
@@ -93,7 +94,7 @@ def main(argv=None):
                 class_names = meta.get('classes') or ds.get('classes')
             preds = ', '.join(str(int(c)) for c in cams[name][1])
             print(f'{name}: target layer {layer}; predicted classes: {preds}', flush=True)
-        with atomic_outputs(args.out) as (tmp, ):
+        with atomic_outputs(args.out, force=args.force) as (tmp, ):
             plot_cams(shows, cams, tmp, class_names)
         out = args.out
         print(f'Grad-CAM figure: {out}')

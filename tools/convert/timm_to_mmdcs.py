@@ -27,8 +27,10 @@ except ImportError:
 
 import torch
 
-from mmdcs.apis.launch import UserError, add_trust_flag, set_checkpoint_trust, user_errors
-from mmdcs.apis.outputs import add_force_argument, atomic_outputs, refuse_overwrite
+from mmdcs.apis.launch import (ToolParser, UserError, add_trust_flag, set_checkpoint_trust,
+                                user_errors)
+from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_file,
+                                refuse_overwrite)
 from mmdcs.utils.checkpoint import load_checkpoint_file, save_weights
 
 FAMILIES = ('vit', 'swin', 'mobilevit', 'efficientvit')
@@ -45,8 +47,7 @@ def load_state_dict(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('family', choices=FAMILIES)
     parser.add_argument('arch')
     parser.add_argument('src', nargs='?', help='timm state dict (omit with --random-init)')
@@ -64,6 +65,7 @@ def main(argv=None):
 
 
 def convert(args) -> None:
+    check_output_file(args.dst, 'DST')
     refuse_overwrite([args.dst], args.force)
     module = importlib.import_module(f'mmdcs.models.backbones.{args.family}')
     timm_names = module.TIMM_MODELS
@@ -87,7 +89,7 @@ def convert(args) -> None:
             if args.layout == 'official' else module.convert_timm(state, args.arch)
     except (ValueError, KeyError) as e:  # the weights are not of this family / arch
         raise UserError(f'{source}: {e.args[0] if e.args else e}') from e
-    with atomic_outputs(args.dst) as (tmp, ):
+    with atomic_outputs(args.dst, force=args.force) as (tmp, ):
         save_weights(tmp, converted, dict(source=source, family=args.family, arch=args.arch))
     n = sum(v.numel() for k, v in converted.items() if v.is_floating_point())
     print(f'wrote {args.dst}: {len(converted)} tensors, {n / 1e6:.2f} M values, from {source}')

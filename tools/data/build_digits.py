@@ -6,7 +6,6 @@
 Writes OUT/cls (mmpretrain CustomDataset), OUT/scenes (COCO instances and
 mmseg seg maps) and, last, OUT/build_info.json. No network is used.
 """
-import argparse
 import os.path as osp
 import sys
 import time
@@ -17,47 +16,48 @@ except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
         osp.abspath(__file__)))))
 
+from mmdcs.apis.launch import ToolParser, positive_int, unit_ratio  # noqa: E402
 from mmdcs.datasets.digits import build_all  # noqa: E402
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         description='Build the DCS-Digits demo dataset from scikit-learn '
         'handwritten digits (no download).')
     parser.add_argument(
         '--out', default='data/digits', help='output root (default: %(default)s)')
     parser.add_argument(
         '--size',
-        type=int,
+        type=positive_int,
         default=64,
         help='classification image side, a positive multiple of 8 '
         '(default: %(default)s)')
     parser.add_argument(
         '--val-ratio',
-        type=float,
+        type=unit_ratio,
         default=0.2,
         help='fraction of each class in val, in (0, 1) (default: %(default)s)')
     parser.add_argument(
         '--max-per-class',
-        type=int,
+        type=positive_int,
         default=None,
         help='use at most N scans per class (default: all)')
     parser.add_argument(
         '--canvas',
-        type=int,
+        type=positive_int,
         default=128,
         help='scene side, a positive multiple of 32 (default: %(default)s)')
     parser.add_argument(
-        '--scenes-train', type=int, default=200, help='(default: %(default)s)')
+        '--scenes-train', type=positive_int, default=200, help='(default: %(default)s)')
     parser.add_argument(
-        '--scenes-val', type=int, default=50, help='(default: %(default)s)')
+        '--scenes-val', type=positive_int, default=50, help='(default: %(default)s)')
     parser.add_argument(
-        '--min-digits', type=int, default=2, help='(default: %(default)s)')
+        '--min-digits', type=positive_int, default=2, help='(default: %(default)s)')
     parser.add_argument(
-        '--max-digits', type=int, default=5, help='(default: %(default)s)')
+        '--max-digits', type=positive_int, default=5, help='(default: %(default)s)')
     parser.add_argument(
         '--digit-size',
-        type=int,
+        type=positive_int,
         nargs=2,
         metavar=('MIN', 'MAX'),
         default=None,
@@ -91,6 +91,8 @@ def main(argv=None):
             skip_existing=args.skip_existing)
     except ValueError as e:  # names the offending argument
         parser.error(f'{e} (option --{str(e).split()[0].replace("_", "-")})')
+    except OSError as e:  # --out cannot be written (read-only, a file in the way)
+        parser.error(f'--out {args.out}: {e.filename or args.out}: {e.strerror or e}')
     seconds = time.perf_counter() - start
 
     cls, scenes = summary['cls'], summary['scenes']

@@ -11,7 +11,6 @@ order, paths relative to IMAGENET/train/ and IMAGENET/val/), OUT/classes.txt and
 OUT/subset_info.json. No image is copied: configs/_base_/datasets/imagenet100_search.py reads
 the images from data/imagenet and the annotations from data/imagenet100.
 """
-import argparse
 import os.path as osp
 import sys
 import time
@@ -21,18 +20,19 @@ try:
 except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
+from mmdcs.apis.launch import ToolParser, positive_int  # noqa: E402
 from mmdcs.datasets.imagenet_subset import build_imagenet_subset  # noqa: E402
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         description='Write the annotation files of a seeded ImageNet class subset (the search '
         'set of DCS/KCR); the images are not copied.')
     parser.add_argument('--imagenet', default='data/imagenet',
                         help='ImageNet folder, mmpretrain layout (default: %(default)s)')
     parser.add_argument('--out', default='data/imagenet100',
                         help='output folder (default: %(default)s)')
-    parser.add_argument('--classes', type=int, default=100,
+    parser.add_argument('--classes', type=positive_int, default=100,
                         help='number of classes (default: %(default)s)')
     parser.add_argument('--seed', type=int, default=0, help='(default: %(default)s)')
     return parser, parser.parse_args(argv)

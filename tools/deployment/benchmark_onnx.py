@@ -9,7 +9,7 @@ next to the FLOPs ratio.
         [--multiple-of 8]
 
     common options: [--batch 1 16] [--threads 1 0] [--repeats 20] [--warmup 3]
-                    [--work-dir DIR] [--json out.json]
+                    [--work-dir DIR] [--json out.json] [--force]
 
 Timing: one onnxruntime CPU session per model and thread count (``intra_op_num_threads``; 0 =
 onnxruntime's default, all cores; graph optimisation ORT_ENABLE_ALL); the same random input
@@ -19,8 +19,6 @@ round, in ms per image. The FLOPs ratio is the ratio of the graphs' multiply-acc
 (MatMul, Gemm, Conv: :func:`mmdcs.apis.deploy.onnx_macs`), i.e. of what onnxruntime computes;
 with --arch the PyTorch count (mmengine) is printed beside it.
 """
-import argparse
-import json
 import os
 import os.path as osp
 import statistics
@@ -33,31 +31,35 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import (ToolParser, UserError, non_negative_int, positive_int,
+                                positive_size, unit_ratio, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, check_output_dir, check_output_file,
+                                refuse_overwrite, write_json)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='onnxruntime CPU latency: pruned vs baseline')
+    p = ToolParser(description='onnxruntime CPU latency: pruned vs baseline')
     p.add_argument('baseline', nargs='?', help='baseline .onnx')
     p.add_argument('pruned', nargs='?', help='pruned .onnx')
     p.add_argument('--arch', help='instead of files: export the baseline and a random subnet '
                    'of this arch (e.g. vit-s16, swin-t, mobilevit-xs, efficientvit-b1)')
-    p.add_argument('--ratio', type=float, default=0.7, help='kept ratio of the random subnet')
+    p.add_argument('--ratio', type=unit_ratio, default=0.7, help='kept ratio of the random subnet')
     p.add_argument('--subnet', help='with --arch: this subnet file instead of a random one')
-    p.add_argument('--multiple-of', type=int, default=1, metavar='N',
+    p.add_argument('--multiple-of', type=positive_int, default=1, metavar='N',
                    help='with --arch: round the random subnet\'s widths up to a multiple of N')
-    p.add_argument('--shape', type=int, nargs='+', metavar='N', help='input size H [W] '
+    p.add_argument('--shape', type=positive_size, nargs='+', metavar='N', help='input size H [W] '
                    '(--arch; default: the backbone\'s nominal size)')
-    p.add_argument('--batch', type=int, nargs='+', default=[1, 16])
-    p.add_argument('--threads', type=int, nargs='+', default=[1, 0],
+    p.add_argument('--batch', type=positive_int, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=non_negative_int, nargs='+', default=[1, 0],
                    help='intra-op threads; 0 = all cores (onnxruntime\'s default)')
-    p.add_argument('--repeats', type=int, default=20)
-    p.add_argument('--warmup', type=int, default=3)
+    p.add_argument('--repeats', type=positive_int, default=20)
+    p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--no-pytorch', action='store_true',
                    help='with --arch: do not time the PyTorch models')
     p.add_argument('--work-dir', help='with --arch: keep the exported files here')
     p.add_argument('--json', help='write the rows to this JSON file')
     p.add_argument('--seed', type=int, default=0)
+    add_force_argument(p)
     return p.parse_args(argv)
 
 
@@ -123,7 +125,8 @@ def export_pair(args, work_dir: str) -> dict:
         x = torch.randn((1, 3) + tuple(size), generator=g)
         path = osp.join(work_dir, f'{args.arch}_{name}.onnx')
         res = export_and_check(ExportWrapper(m, 'backbone'), x, path, dynamic_batch=True,
-                               check_inputs=torch.cat([x, x.flip(0) * .5]))
+                               check_inputs=torch.cat([x, x.flip(0) * .5]),
+                               force=args.force)
         worst = max(r['rel'] for r in res['parity'])
         print(f'exported {name}: {path} ({res["summary"]["nodes"]} nodes, parity: max '
               f'relative diff {worst:.1e})')
@@ -135,22 +138,31 @@ def export_pair(args, work_dir: str) -> dict:
 
 
 def run(args) -> list:
-    import numpy as np
-
-    from mmdcs.apis.deploy import onnx_macs, ort_session
     if args.arch is None and (args.baseline is None or args.pruned is None):
         raise UserError('give BASELINE.onnx PRUNED.onnx, or --arch ARCH')
     if args.arch is not None and args.baseline is not None:
         raise UserError('give either two .onnx files or --arch, not both')
-    if args.repeats < 1 or args.warmup < 0 or any(b < 1 for b in args.batch) or any(
-            t < 0 for t in args.threads):
-        raise UserError('--repeats >= 1, --warmup >= 0, --batch >= 1, --threads >= 0')
+    # pre-flight of what the run writes: nothing is computed for a refused output
+    check_output_file(args.json, '--json')
+    if args.arch is not None and args.work_dir:
+        check_output_dir(args.work_dir, '--work-dir')
+        refuse_overwrite([args.json] + [osp.join(args.work_dir, f'{args.arch}_{n}.onnx')
+                                        for n in ('baseline', 'pruned')], args.force)
+    else:
+        refuse_overwrite([args.json], args.force)
+    if args.arch is not None and not args.work_dir:
+        # the exported files live as long as the run, whatever ends it
+        with tempfile.TemporaryDirectory(prefix='mmdcs_bench_onnx_') as tmp:
+            return _run(args, tmp)
+    return _run(args, args.work_dir)
+
+
+def _run(args, work_dir) -> list:
+    import numpy as np
+
+    from mmdcs.apis.deploy import onnx_macs, ort_session
     pair = None
-    tmp = None
     if args.arch is not None:
-        work_dir = args.work_dir or tempfile.mkdtemp(prefix='mmdcs_bench_onnx_')
-        tmp = None if args.work_dir else work_dir
-        os.makedirs(work_dir, exist_ok=True)
         pair = export_pair(args, work_dir)
         paths = dict(baseline=pair['baseline']['path'], pruned=pair['pruned']['path'])
     else:
@@ -195,12 +207,9 @@ def run(args) -> list:
             rows.append(row)
     print(format_rows(rows, paths, args))
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(paths=paths, macs=macs, rows=rows, repeats=args.repeats,
-                           date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())), f, indent=1)
-    if tmp is not None:
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json(args.json, dict(paths=paths, macs=macs, rows=rows, repeats=args.repeats,
+                                   date=time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())),
+                   force=args.force)
     return rows
 
 

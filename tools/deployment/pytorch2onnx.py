@@ -2,7 +2,7 @@
 
     python tools/deployment/pytorch2onnx.py CONFIG [CHECKPOINT] --out model.onnx
         [--shape H W] [--batch N] [--dynamic-batch] [--opset N] [--backbone]
-        [--exporter dynamo|torchscript] [--rtol 1e-4] [--cfg-options k=v ...]
+        [--exporter dynamo|torchscript] [--rtol 1e-4] [--cfg-options k=v ...] [--force]
 
 Any family and form of the mmdcs backbones (baseline, DCS/KCR supernet in eval, pruned subnet
 via ``model.backbone.subnet=...``, OFB compact network, DynamicViT), as a classifier (logits), a
@@ -15,9 +15,9 @@ After the export the ONNX model runs in onnxruntime on the same random input as 
 tool prints the max abs difference of every output and fails (exit 1) when one exceeds
 ``rtol`` × the output's scale (max |PyTorch output|). It then prints the ONNX node count and the
 file size. A model or operation that cannot be exported gets one line naming the module (exit
-2); no file is ever left under the --out name unless export and check succeeded.
+2); no file is ever left under the --out name unless export and check succeeded, and an
+existing --out file is not replaced without --force (``mmdcs/apis/outputs.py``).
 """
-import argparse
 import os.path as osp
 import sys
 
@@ -26,24 +26,26 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
+                                positive_float, positive_int, positive_size,
+                                set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite
 
 
 def parse_args(argv=None):
     from mmdcs.apis.deploy import DEFAULT_OPSET, DEFAULT_RTOL, EXPORTERS
-    parser = argparse.ArgumentParser(
+    parser = ToolParser(
         description='Export a model (classifier, backbone, detector, segmentor) to ONNX and '
         'check it with onnxruntime against PyTorch')
     parser.add_argument('config', help='the model\'s config')
     parser.add_argument('checkpoint', nargs='?', help='its weights (default: the config\'s '
                         'initialisation, e.g. to check that a model exports)')
     parser.add_argument('--out', required=True, help='the .onnx file to write')
-    parser.add_argument('--shape', type=int, nargs='+', metavar='N',
+    parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help='input size H [W] (default: the config\'s input size, else the '
                         'backbone\'s nominal size)')
-    parser.add_argument('--batch', type=int, default=1, help='batch size of the export input')
+    parser.add_argument('--batch', type=positive_int, default=1,
+                        help='batch size of the export input')
     parser.add_argument('--dynamic-batch', action='store_true',
                         help='a dynamic batch axis (the check then also runs at batch + 1)')
     parser.add_argument('--opset', type=int, default=DEFAULT_OPSET, help='ONNX opset')
@@ -52,12 +54,13 @@ def parse_args(argv=None):
     parser.add_argument('--exporter', choices=EXPORTERS, default='dynamo',
                         help='torch.onnx.export(dynamo=True) (default) or the TorchScript '
                         'tracer (dynamo=False)')
-    parser.add_argument('--rtol', type=float, default=DEFAULT_RTOL,
+    parser.add_argument('--rtol', type=positive_float, default=DEFAULT_RTOL,
                         help='max |onnxruntime - PyTorch| allowed, relative to the output\'s '
                         'max |value|')
     parser.add_argument('--seed', type=int, default=0, help='seed of the check input')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override settings of the config, key=value')
+    add_cfg_options(parser)
+    add_trust_flag(parser)
+    add_force_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -77,6 +80,7 @@ def build(args):
     if args.opset < 7:
         raise UserError(f'--opset must be a valid ONNX opset (>= 7), got {args.opset}')
     cfg, scope = load_task_config(args.config, args.cfg_options)
+    set_checkpoint_trust(args, cfg)
     model = build_model(cfg.model, scope)
     if args.checkpoint:
         load_model_checkpoint(model, args.checkpoint)
@@ -112,8 +116,8 @@ def run(args) -> dict:
     from mmdcs.apis.deploy import ParityError, export_and_check
     if not args.out.endswith('.onnx'):
         raise UserError(f'--out must name a .onnx file, got {args.out!r}')
-    if osp.isdir(args.out):
-        raise UserError(f'--out {args.out!r} is a directory')
+    check_output_file(args.out, '--out')
+    refuse_overwrite([args.out], args.force)
     torch.manual_seed(args.seed)
     cfg, model, kind, wrapper, example = build(args)
     check = example
@@ -128,7 +132,8 @@ def run(args) -> dict:
     try:
         res = export_and_check(wrapper, example, args.out, opset=args.opset,
                                dynamic_batch=args.dynamic_batch, exporter=args.exporter,
-                               rtol=args.rtol, check_inputs=check, metadata=meta)
+                               rtol=args.rtol, check_inputs=check, metadata=meta,
+                               force=args.force)
     except ParityError as e:
         print(f'parity FAILED: {e}', file=sys.stderr)
         sys.exit(1)

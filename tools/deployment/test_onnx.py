@@ -5,13 +5,12 @@ through the ONNX model + mmdet's / mmseg's post-processing in Python
 their difference in points.
 
     python tools/deployment/test_onnx.py CONFIG CHECKPOINT MODEL.onnx [--max-batches N]
-        [--tolerance 0.5] [--threads N] [--json out.json] [--cfg-options k=v ...]
+        [--tolerance 0.5] [--threads N] [--json out.json] [--force] [--cfg-options k=v ...]
 
 MODEL.onnx is ``tools/deployment/pytorch2onnx.py CONFIG CHECKPOINT --out MODEL.onnx
 --dynamic-batch`` (dynamic batch: the test loader's last batch may be smaller). Exit 1 when a
 metric differs by more than --tolerance points (mAP ×100, mIoU in %).
 """
-import argparse
 import json
 import os.path as osp
 import sys
@@ -21,24 +20,27 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmengine.config import DictAction
-
-from mmdcs.apis.launch import UserError, user_errors
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
+                                non_negative_float, non_negative_int, positive_int,
+                                set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description='PyTorch vs onnxruntime metric of a detector or '
+    p = ToolParser(description='PyTorch vs onnxruntime metric of a detector or '
                                 'segmentor on the config\'s test set')
     p.add_argument('config')
     p.add_argument('checkpoint')
     p.add_argument('onnx', help='the exported model (pytorch2onnx.py --dynamic-batch)')
-    p.add_argument('--max-batches', type=int, help='evaluate only the first N batches')
-    p.add_argument('--tolerance', type=float, default=0.5,
+    p.add_argument('--max-batches', type=positive_int, help='evaluate only the first N batches')
+    p.add_argument('--tolerance', type=non_negative_float, default=0.5,
                    help='max metric difference in points (default 0.5)')
-    p.add_argument('--threads', type=int, help='onnxruntime intra-op threads')
+    p.add_argument('--threads', type=non_negative_int,
+                   help='onnxruntime intra-op threads (0: all cores)')
     p.add_argument('--json', help='write both metrics to this file')
-    p.add_argument('--cfg-options', nargs='+', action=DictAction,
-                   help='override settings of the config, key=value')
+    add_cfg_options(p)
+    add_trust_flag(p)
+    add_force_argument(p)
     return p.parse_args(argv)
 
 
@@ -68,10 +70,13 @@ def run(args) -> dict:
     from mmdcs.apis.launch import check_data_paths
     from mmdcs.apis.subnet_io import (build_model, load_model_checkpoint, load_task_config,
                                        require_checkpoint)
+    check_output_file(args.json, '--json')
+    refuse_overwrite([args.json], args.force)
     require_checkpoint(args.config, args.checkpoint)
     if not osp.isfile(args.onnx):
         raise UserError(f'ONNX file not found: {args.onnx}')
     cfg, scope = load_task_config(args.config, args.cfg_options)
+    set_checkpoint_trust(args, cfg)
     check_data_paths(cfg, ('test_dataloader', ))
     model = build_model(cfg.model, scope)
     load_model_checkpoint(model, args.checkpoint)
@@ -105,8 +110,8 @@ def run(args) -> dict:
         print(f"| {r['metric']} | {r['pytorch']:.2f} | {r['onnxruntime']:.2f} | "
               f"{r['diff']:+.2f} |")
     if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(res, rows=rows), f, indent=1, default=str)
+        write_text(args.json, json.dumps(dict(res, rows=rows), indent=1, default=str) + '\n',
+                   force=args.force)
     bad = [r for r in rows if abs(r['diff']) > args.tolerance]
     if bad:
         print(f'FAILED: {", ".join(r["metric"] for r in bad)} differ by more than '

@@ -145,12 +145,31 @@ class SelectableBackbone(BaseModule):
 
     # ----------------------------------------------------------------- supernet / subnet
     def _apply_subnet(self) -> None:
-        """Call at the end of a family's ``__init__``: prune to ``subnet`` if one was given."""
+        """Call at the end of a family's ``__init__``: checks ``theta_rank`` against the built
+        Linear_θ layers, then prunes to ``subnet`` if one was given."""
+        self._check_theta_rank()
         if self.subnet_spec is None:
             return
         self.subnet_spec.check(self.family, self.arch, selector_layout(self), self.variant,
                                hidden_layout(self))
         apply_subnet_(self, self.subnet_spec)  # also calls self._after_subnet
+
+    def _check_theta_rank(self) -> None:
+        """A ``theta_rank`` at or above the width of every Linear_θ (D → r → D with r ≥ D is
+        the full layer: a silent full rank) is refused with a ValueError naming ``theta_rank``
+        and the allowed range. Below the widest layer it is used where it saves something (a
+        layer narrower than r stays full, :class:`QKChannelSelector`). A variant without Q/K
+        selection has no Linear_θ: the rank has nothing to act on there (a config shared by
+        the baseline and the DCS supernet)."""
+        if self.theta_rank is None:
+            return
+        selectors = [m for m in self.modules() if isinstance(m, QKChannelSelector)]
+        if selectors and all(m.theta_down is None for m in selectors):
+            widest = max(min(m.theta.in_features, m.theta.out_features) for m in selectors)
+            raise ValueError(f'{type(self).__name__}: theta_rank = {self.theta_rank} is not '
+                             f'below the width of any Linear_θ of {self.arch} (the widest is '
+                             f'{widest}), so it would be the full layer: use 1 ≤ theta_rank ≤ '
+                             f'{widest - 1}, or None (full rank, the paper)')
 
     def _after_subnet(self, spec: SubnetSpec) -> None:
         """Family hook: prune what follows a block beyond its own MLP (MobileViT's projection)."""

@@ -44,7 +44,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKChannelSelector)
-from mmdcs.selection.mlp import narrow_inverted_bottleneck_, zero_positions
+from mmdcs.selection.mlp import (inverted_bottleneck_norms, narrow_inverted_bottleneck_,
+                                 zero_positions)
 from ..heads.efficientvit_head import EfficientViTClsHead  # noqa: F401  (importable here too)
 from .base import SelectableBackbone, normalize_out_indices
 
@@ -130,6 +131,10 @@ class GatedMBConv(MBConv):
         if self.hidden_select is not None:
             h = h * self.hidden_select().to(h.dtype).view(1, -1, 1, 1)
         return self.point_conv(h)
+
+    def hidden_norms(self) -> Tensor:
+        """L2 norm of each expanded channel's weights (the magnitude pruner's score)."""
+        return inverted_bottleneck_norms(self.inverted_conv, self.depth_conv, self.point_conv)
 
     @torch.no_grad()
     def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:

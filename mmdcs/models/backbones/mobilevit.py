@@ -58,7 +58,8 @@ from mmdcs.registry import MODELS
 from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, DCSAttention,
                              GatedMLP, QKChannelSelector, SubnetSpec, mlp_residual)
 from mmdcs.selection.cost import mlp_cost_term
-from mmdcs.selection.mlp import narrow_inverted_bottleneck_, zero_positions
+from mmdcs.selection.mlp import (inverted_bottleneck_norms, narrow_inverted_bottleneck_,
+                                 zero_positions)
 from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
                    enclosing_module, normalize_out_indices, query_cell)
 
@@ -122,6 +123,10 @@ class InvertedResidual(nn.Module):
         if self.has_shortcut:
             out = x + self.drop_path(out)
         return out
+
+    def hidden_norms(self) -> Tensor:
+        """L2 norm of each expanded channel's weights (the magnitude pruner's score)."""
+        return inverted_bottleneck_norms(self.conv1_1x1, self.conv2_kxk, self.conv3_1x1)
 
     @torch.no_grad()
     def prune_hidden_(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> None:

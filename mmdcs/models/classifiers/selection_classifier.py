@@ -26,6 +26,7 @@ from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, hidden_selectors,
                              prunable_modules)
 from mmdcs.selection.budget import RESOURCES
+from mmdcs.selection.budget_search import project_to_budget, scheduled_ratio
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
 STEP_KINDS = ('weight', 'arch')
@@ -33,6 +34,8 @@ STEP_KINDS = ('weight', 'arch')
 DEFAULT_RHO = 0.05
 #: default weight of the quadratic term of the augmented Lagrangian (damps the oscillation of μ)
 DEFAULT_PENALTY = 10.
+#: default share of the search over which the target is lowered from 1 to its value
+DEFAULT_RAMP = 0.5
 
 
 def _positive(name: str, value, allow_zero: bool = False) -> float:
@@ -57,8 +60,10 @@ class ChannelSelectionClassifier(ImageClassifier):
             constant of the cost. Needs a backbone with architecture parameters (a DCS/KCR
             supernet). ``target=dict(flops=0.7)`` (or ``params=``): aim at that ratio of the
             baseline network's count instead of weighing λ·log cost (``weight`` and ``mode``
-            then do not apply): the search minimises CE + μ·(E[count]/budget − 1) with μ set
-            by dual ascent (:meth:`budget_terms`, method.md §11).
+            then do not apply): the search minimises CE + μ·v(E[count]) with μ set
+            by dual ascent (:meth:`budget_terms`, method.md §11), the budget lowered from 1 to R
+            over the first part of the search, and ends on the budget
+            (:meth:`project_to_budget`, called by the search loop).
         regularizer: the retraining term, ``dict(type='ib', eta=50., t_warm=90, s=1.)`` or
             ``dict(type='kcr', eta=1., t_warm=90, gamma=0.1, route='exact')`` (route
             'nystrom' with ``num_landmarks``). Other keys go to the regulariser
@@ -78,6 +83,9 @@ class ChannelSelectionClassifier(ImageClassifier):
                          init_cfg=init_cfg)
         #: 'weight' or 'arch' while the search loop runs a step; None otherwise
         self.step_kind: Optional[str] = None
+        #: the share of the search done, set by the search loop before every step (from the
+        #: runner's iteration: the same on every rank and after a resume); None outside a search
+        self.search_progress: Optional[float] = None
         self.cost_cfg = self._check_cost(cost)
         self.reg_cfg: Optional[dict] = None
         #: the IB/KCR regulariser (a plain object, not a module: DDP must not broadcast its sums)
@@ -123,22 +131,32 @@ class ChannelSelectionClassifier(ImageClassifier):
 
     def _check_target(self, target: Optional[dict]) -> Optional[dict]:
         """``cost.target = dict(flops=R)`` (or ``params=R``; optional ``input_size`` (H, W) of
-        the FLOPs, default the backbone's nominal size, and ``rho`` ρ, the step of the dual
-        ascent): R times the baseline network's count, calibrated against mmengine's count of
-        this classifier. :class:`~mmdcs.selection.budget.BudgetError` when it cannot be met."""
+        the FLOPs, default the backbone's nominal size; ``rho`` ρ, the step of the dual ascent;
+        ``penalty`` c, the quadratic term; ``ramp``, the share of the search over which the
+        target is lowered from 1 to R; ``project``, whether the search ends with the projection
+        onto the budget): R times the baseline network's count, calibrated against mmengine's
+        count of this classifier. :class:`~mmdcs.selection.budget.BudgetError` when it cannot be
+        met."""
         if target is None:
             return None
         target = dict(target)
-        unknown = set(target) - set(RESOURCES) - {'input_size', 'rho', 'penalty'}
+        options = {'input_size', 'rho', 'penalty', 'ramp', 'project'}
+        unknown = set(target) - set(RESOURCES) - options
         given = [r for r in RESOURCES if r in target]
         if unknown or len(given) != 1:
             raise ValueError(f'cost.target: give exactly one of {RESOURCES} (a ratio of the '
-                             f'baseline\'s count), optionally input_size and rho; got '
+                             f'baseline\'s count), optionally {", ".join(sorted(options))}; got '
                              f'{sorted(target)}')
         resource = given[0]
         rho = _positive('cost.target.rho (ρ)', target.get('rho', DEFAULT_RHO))
         penalty = _positive('cost.target.penalty', target.get('penalty', DEFAULT_PENALTY),
                             allow_zero=True)
+        ramp = _positive('cost.target.ramp', target.get('ramp', DEFAULT_RAMP), allow_zero=True)
+        if ramp > 1:
+            raise ValueError(f'cost.target.ramp is a share of the search in [0, 1], got {ramp}')
+        project = target.get('project', True)
+        if not isinstance(project, bool):
+            raise ValueError(f'cost.target.project must be True or False, got {project!r}')
         size = target.get('input_size', None)
         if isinstance(size, int):
             size = (size, size)
@@ -150,8 +168,13 @@ class ChannelSelectionClassifier(ImageClassifier):
         self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
         # select_hidden: the hidden gates enter the count bilinearly (E[D̃]·E[H̃])
         self._hidden_selectors = hidden_selectors(self.backbone)
+        # the violation is measured in units of what the search can change (every channel kept
+        # minus one per block): the same ρ and c for a backbone whose selected widths are most
+        # of its count (DeiT's MLPs) and one where they are a small share (MobileViT's)
+        scale = linear.ceiling - linear.floor
         return dict(resource=resource, ratio=float(target[resource]), budget=budget, rho=rho,
-                    penalty=penalty, input_size=linear.input_size)
+                    penalty=penalty, ramp=ramp, project=project, scale=scale,
+                    input_size=linear.input_size)
 
     def _build_regularizer(self, regularizer: dict):
         cfg = dict(regularizer)
@@ -204,32 +227,61 @@ class ChannelSelectionClassifier(ImageClassifier):
             out['loss_entropy'] = self.cost_cfg['entropy_weight'] * entropy
         return out
 
-    def budget_terms(self, update: bool = True) -> Dict[str, torch.Tensor]:
-        """The budget as an equality constraint count = budget, by a Lagrange multiplier μ
-        (method of multipliers, docs/budgets.md): with v = count/budget − 1 the loss is
-        ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). ``count`` has the
-        value of the deployed network's exact count ({α > 0}) and the gradient of the expected
-        count at E[D̃_j] = Σ sigmoid(α) (straight-through). Logged: ``cost_ratio`` (expected
-        count / baseline), ``cost_ratio_kept`` (deployed / baseline), ``cost_mu`` (μ before
-        this step's update)."""
+    def scheduled_budget(self) -> float:
+        """The budget of the current point of the search (``search_progress``): lowered
+        linearly from the baseline (ratio 1) to the target over the first ``ramp`` of the
+        search, then the target (:func:`~mmdcs.selection.budget_search.scheduled_ratio`)."""
         t = self.cost_cfg['target']
+        return scheduled_ratio(t['ratio'], 1., self.search_progress,
+                               t['ramp']) * self._budget.baseline
+
+    def budget_terms(self, update: bool = True) -> Dict[str, torch.Tensor]:
+        """The budget as a constraint on the expected count by a Lagrange multiplier μ
+        (method of multipliers, docs/budgets.md). With v = (E[count] − budget) / (ceiling −
+        floor) (E[D̃] = Σ σ(α): the count of the stochastic supernet the weights are trained
+        with, smooth in α; the violation in units of the range the selection spans) the loss is ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). While the
+        target is still being lowered (the first ``ramp`` of the search) the constraint is
+        E[count] ≤ budget: μ ← max(0, μ + ρ·v) and the quadratic term only above the budget;
+        then it is the equality the user asked for. The deployed network ({α > 0}) is put on the
+        budget at the end of the search (:meth:`project_to_budget`). Logged: ``cost_ratio``
+        (expected count / baseline), ``cost_ratio_kept`` (deployed / baseline), ``cost_target``
+        (the scheduled budget / baseline), ``cost_mu`` (μ before this step's update)."""
+        t = self.cost_cfg['target']
+        budget = self.scheduled_budget()
+        ramping = budget > t['budget'] * (1 + 1e-9)
         expected = self._budget.expected(self._selectors, self.cost_cfg['expectation'],
                                          self._hidden_selectors)
         kept = self._budget.at({n: int((s.alpha.detach() > 0).sum())
                                 for n, s in self._selectors.items()},
                                {k: int((s.alpha.detach() > 0).sum())
                                 for k, s in self._hidden_selectors.items()})
-        # the value is the deployed network's count ({α > 0}), the gradient the expectation's
-        count = expected + (kept - expected).detach()
-        violation = count / t['budget'] - 1
+        violation = (expected - budget) / t['scale']
         mu = self.cost_mu.detach().clone()
-        out = {'loss_budget': mu * violation + 0.5 * t['penalty'] * violation**2,
+        quad = violation.clamp(min=0) if ramping else violation
+        out = {'loss_budget': mu * violation + 0.5 * t['penalty'] * quad**2,
                'cost_ratio': expected.detach() / self._budget.baseline,
                'cost_ratio_kept': expected.new_tensor(kept / self._budget.baseline),
+               'cost_target': expected.new_tensor(budget / self._budget.baseline),
                'cost_mu': mu}
         if update and self.training:
             self.cost_mu.add_(t['rho'] * violation.detach())
+            if ramping:
+                self.cost_mu.clamp_(min=0)
         return out
+
+    @torch.no_grad()
+    def project_to_budget(self) -> dict:
+        """The end of a search with a target: the channels (and hidden units) ranked jointly by
+        σ(α) per unit of marginal cost, the least valuable dropped until the deployed count
+        meets the budget, and α moved so that {α > 0} is that set
+        (:func:`~mmdcs.selection.budget_search.project_to_budget`). Returns its report, with
+        ratios ``before`` / ``after`` of the baseline and the ``target``."""
+        t = self.cost_cfg['target']
+        rep = project_to_budget(self._budget, self._selectors, t['budget'],
+                                self._hidden_selectors)
+        base = self._budget.baseline
+        return dict(rep, target=t['ratio'], before_ratio=rep['before'] / base,
+                    after_ratio=rep['after'] / base)
 
     def _gate_of(self, alpha: torch.nn.Parameter):
         for m in self.backbone.modules():

@@ -1,0 +1,175 @@
+"""A budget in the search (method.md §11, docs/budgets.md): the scheduled target and the
+projection that ends the search on the budget.
+
+The search with ``cost.target`` constrains the *expected* count of the stochastic supernet
+(E[D̃] = Σ σ(α)) by a Lagrange multiplier; two pieces of maths live here:
+
+* :func:`scheduled_ratio` — the target seen at a point of the search: from the supernet's start
+  (every channel kept) down to the target over the first ``ramp`` of the search (as HALP and
+  OFB do), then the target;
+* :func:`rank_to_budget` / :func:`project_to_budget` — the end of the search: the channels (and
+  hidden units, with ``select_hidden``) are ranked *jointly* by score per unit of marginal cost
+  and the least valuable are dropped until the count meets the budget; α is then moved (only
+  the α whose side of 0 changes, to ±``margin``) so that the deployed set {α > 0} is exactly the
+  ranked one. The deployed network is then within one unit's cost below the budget, whatever the
+  search's dynamics did, and whatever its length.
+
+The cost is any object with the interface of :class:`BudgetCost` (``mmdcs.selection.budget.
+LinearCost`` today: exact FLOPs or parameters; a latency table can be another implementation):
+the ranking only asks for the count at given widths (and uses the linear/bilinear structure of a
+``LinearCost`` for speed when it is one).
+
+Framework-free: plain PyTorch.
+"""
+import math
+from typing import Dict, Optional, Protocol, Tuple
+
+import torch
+from torch import Tensor
+
+from .budget import CHANNELS, HIDDEN, select_units_to_budget
+
+
+class BudgetCost(Protocol):
+    """What the search and its projection need of a budget's cost model."""
+    #: the baseline network's count (what a target ratio multiplies)
+    baseline: float
+    #: block name → D (channels); hidden selector path → H (hidden units)
+    dims: Dict[str, int]
+    hidden_dims: Dict[str, int]
+
+    def at(self, kept: Dict[str, float],
+           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+        """The count of the network with these widths."""
+
+    def expected(self, selectors, expectation: str = 'gate', hidden=None) -> Tensor:
+        """The differentiable expected count of the stochastic supernet."""
+
+
+def scheduled_ratio(target: float, start: float, progress: Optional[float],
+                    ramp: float) -> float:
+    """The target ratio at ``progress`` ∈ [0, 1] of the search: linear from ``start`` (the
+    supernet's ratio with every channel kept) to ``target`` over the first ``ramp`` of the
+    search, then ``target``; ``progress`` None (outside a search loop) or ``ramp`` 0: the
+    target."""
+    if progress is None or ramp <= 0:
+        return float(target)
+    frac = min(1., max(0., float(progress)) / ramp)
+    return float(start) + (float(target) - float(start)) * frac
+
+
+def _unit_cost(cost):
+    """(unit dims, count(widths), marginal(unit, widths)) of a budget's cost over the units
+    ``(CHANNELS, block)`` and ``(HIDDEN, path)``: the closed forms of a ``LinearCost``; for any
+    other :class:`BudgetCost` (only ``at()``), from ``at()`` (a marginal is the count of one
+    element less)."""
+    if all(hasattr(cost, a) for a in ('unit_dims', 'count', 'marginal')):
+        return cost.unit_dims(), cost.count, cost.marginal
+    dims = {(CHANNELS, n): int(d) for n, d in cost.dims.items()}
+    dims.update(((HIDDEN, k), int(h)) for k, h in (getattr(cost, 'hidden_dims', {}) or {}).items())
+
+    def count(widths):
+        kept = {n: widths.get((CHANNELS, n), d) for (kind, n), d in dims.items()
+                if kind == CHANNELS}
+        hidden = {n: widths.get((HIDDEN, n), d) for (kind, n), d in dims.items()
+                  if kind == HIDDEN}
+        return float(cost.at(kept, hidden))
+
+    def marginal(unit, widths):
+        w = dict(dims)
+        w.update(widths)
+        less = dict(w)
+        less[unit] = w[unit] - 1
+        return count(w) - count(less)
+
+    return dims, count, marginal
+
+
+def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
+                   hidden_scores: Optional[Dict[str, Tensor]] = None
+                   ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], float]:
+    """The kept channels (and hidden units) that meet ``budget`` from below, ranked jointly:
+    the export's greedy (:func:`~mmdcs.selection.budget.select_units_to_budget`, one element
+    at a time) on any :class:`BudgetCost`.
+
+    Starting from every unit kept, the element with the lowest score per unit of marginal cost
+    (score / what removing it saves, at the current widths: with hidden selection a channel
+    saves ``coef + pair·H̃`` and a hidden unit ``hidden_coef + pair·D̃``, so the two kinds trade
+    against each other as the widths shrink) is dropped until the count is at most ``budget``;
+    every block keeps at least one channel and every hidden-selected module one hidden unit
+    (near the budget, a removal that would end more than 0.1 % of the baseline below it gives
+    way to a finer one); the dropped elements that still fit are then taken back, best score per unit of cost first.
+    Ties go by the units' order, then index, so the result is deterministic (identical on every
+    DDP rank).
+
+    Args:
+        cost: a :class:`BudgetCost` (e.g. ``LinearCost``).
+        scores: block name → a positive score per channel (higher: keep first), e.g. σ(α).
+        budget: the absolute budget.
+        hidden_scores: hidden selector path → a score per hidden unit (``select_hidden``).
+
+    Returns:
+        (block name → kept channel indices, path → kept hidden indices, the count).
+    """
+    dims, count, marginal = _unit_cost(cost)
+    units = {(CHANNELS, n): torch.as_tensor(s, dtype=torch.float64).flatten()
+             for n, s in scores.items()}
+    units.update(((HIDDEN, k), torch.as_tensor(s, dtype=torch.float64).flatten())
+                 for k, s in (hidden_scores or {}).items())
+    # as the export: a last removal may end up to 0.1 % of the baseline below the budget before
+    # the greedy looks for a finer one
+    keep = select_units_to_budget(units, dims, count, marginal, budget,
+                                  tolerance=1e-3 * abs(float(cost.baseline)))
+    widths = {u: len(k) for u, k in keep.items()}
+    keep_c = {n: torch.as_tensor(keep[(CHANNELS, n)], dtype=torch.long) for n in scores}
+    keep_h = {k: torch.as_tensor(keep[(HIDDEN, k)], dtype=torch.long)
+              for k in (hidden_scores or {})}
+    return keep_c, keep_h, float(count(widths))
+
+
+@torch.no_grad()
+def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float,
+                      hidden_selectors: Optional[Dict[str, torch.nn.Module]] = None,
+                      margin: float = 1e-3) -> dict:
+    """End a search on the budget: rank by σ(α) (:func:`rank_to_budget`) and move α so that
+    the deployed set {α > 0} is the ranked one. Only the α whose side of 0 changes move: a kept
+    one to ``max(α, margin)``, a dropped one to ``min(α, -margin)``; the order of the α within
+    a selector is kept, so a later export by σ(α) ranks them as here.
+
+    Args:
+        cost: the budget's cost model.
+        selectors: block name → channel selector (``.alpha``).
+        budget: the absolute budget.
+        hidden_selectors: hidden selector path → selector (``select_hidden``).
+        margin: how far past 0 a moved α is put.
+
+    Returns:
+        dict(before=the count of {α > 0} before, after=the count after, flipped=number of α
+        moved, kept=block → D̃, hidden_kept=path → H̃).
+    """
+    hidden_selectors = hidden_selectors or {}
+    if not margin > 0 or not math.isfinite(margin):
+        raise ValueError(f'margin must be a positive number, got {margin}')
+
+    def deployed():
+        h = dict(getattr(cost, 'hidden_dims', {}) or {})
+        h.update({k: int((s.alpha > 0).sum()) for k, s in hidden_selectors.items()})
+        return float(cost.at({n: int((s.alpha > 0).sum()) for n, s in selectors.items()}, h))
+
+    before = deployed()
+    keep_c, keep_h, _ = rank_to_budget(
+        cost, {n: torch.sigmoid(s.alpha.double()) for n, s in selectors.items()}, budget,
+        {k: torch.sigmoid(s.alpha.double()) for k, s in hidden_selectors.items()})
+    flipped = 0
+    for table, keep in ((selectors, keep_c), (hidden_selectors, keep_h)):
+        for name, sel in table.items():
+            alpha = sel.alpha
+            mask = torch.zeros(alpha.numel(), dtype=torch.bool, device=alpha.device)
+            mask[keep[name].to(alpha.device)] = True
+            mask = mask.view_as(alpha)
+            new = torch.where(mask, alpha.clamp(min=margin), alpha.clamp(max=-margin))
+            flipped += int(((new > 0) != (alpha > 0)).sum())
+            alpha.copy_(new)
+    return dict(before=before, after=deployed(), flipped=flipped,
+                kept={n: int((s.alpha > 0).sum()) for n, s in selectors.items()},
+                hidden_kept={k: int((s.alpha > 0).sum()) for k, s in hidden_selectors.items()})
