@@ -162,3 +162,35 @@ def test_parity_failure_keeps_no_file_under_the_name(tmp_path, monkeypatch):
     with pytest.raises(ParityError, match='max abs diff'):
         export_and_check(ExportWrapper(net, 'backbone'), torch.randn(1, 3, 8, 8), out)
     assert sorted(os.listdir(tmp_path)) == ['net.onnx.parity-failed']
+
+
+def test_detection_agreement_does_not_depend_on_the_order_of_near_tied_detections():
+    """Two runtimes may sort near-tied detections differently: the agreement pairs each
+    detection with the nearest of its label, so a reordering is no difference, a moved box is."""
+    import torch
+    from mmdet.structures import DetDataSample
+    from mmengine.structures import InstanceData
+
+    from mmdcs.apis.deploy import compare_predictions
+
+    def sample(boxes, scores, labels):
+        s = DetDataSample()
+        s.pred_instances = InstanceData(bboxes=torch.tensor(boxes, dtype=torch.float32),
+                                        scores=torch.tensor(scores), labels=torch.tensor(labels))
+        return s
+
+    boxes = [[0., 0., 10., 10.], [50., 50., 90., 90.], [5., 5., 20., 20.]]
+    ref = sample(boxes, [0.5, 0.5 - 1e-7, 0.3], [1, 1, 2])
+    swapped = sample([boxes[1], boxes[0], boxes[2]], [0.5, 0.5 - 1e-7, 0.3], [1, 1, 2])
+    acc = {}
+    compare_predictions('detector', [ref], [swapped], acc)
+    assert acc['identical_images'] == 1 and acc['max_box_diff'] == 0.
+    assert acc['max_score_diff'] <= 1e-6
+    moved = sample([boxes[1], [0., 0., 10., 13.], boxes[2]], [0.5, 0.5, 0.3], [1, 1, 2])
+    acc = {}
+    compare_predictions('detector', [ref], [moved], acc)
+    assert acc['max_box_diff'] == pytest.approx(3.)
+    other_label = sample(boxes, [0.5, 0.5, 0.3], [1, 2, 2])
+    acc = {}
+    compare_predictions('detector', [ref], [other_label], acc)
+    assert acc['identical_images'] == 0 and 'max_box_diff' not in acc

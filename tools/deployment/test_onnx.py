@@ -99,10 +99,10 @@ def run(args) -> dict:
         print(f"predictions: {pred['same_pixels'] / max(pred['pixels'], 1):.4%} of the pixels get "
               'the same class')
     elif 'images' in pred:
-        print(f"predictions: identical detections (count and labels) in "
+        print(f"predictions: the same detections (count and labels, in any order) in "
               f"{pred['identical_images']}/{pred['images']} images; "
               f"{pred['detections_pytorch']} vs {pred['detections_onnxruntime']} detections; max "
-              f"box diff {pred.get('max_box_diff', 0.):.2e} px, max score diff "
+              f"box diff (each to the nearest of its label) {pred.get('max_box_diff', 0.):.2e} px, max score diff "
               f"{pred.get('max_score_diff', 0.):.2e}")
     print('| metric | PyTorch | onnxruntime | difference (points) |')
     print('|---|---|---|---|')
