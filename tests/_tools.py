@@ -1,9 +1,12 @@
 """The repository's tools (``tools/*.py``) loaded as modules, so a test can call their
 ``main(argv)`` or functions in this process (tests/ is on sys.path: the root conftest's dir)."""
 import importlib.util
+import os
 import os.path as osp
 import subprocess
 import sys
+
+import pytest
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
@@ -42,6 +45,20 @@ def load_tool(rel: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_main(rel: str, argv, capsys, cwd: str = ROOT):
+    """(exit code, stderr) of the tool at ``rel`` run in this process (``main(argv)``, which
+    must end with ``SystemExit``), in ``cwd`` (None: the current directory)."""
+    before = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        with pytest.raises(SystemExit) as e:
+            load_tool(rel).main(list(argv))
+    finally:
+        os.chdir(before)
+    return e.value.code, capsys.readouterr().err
 
 
 #: how libstdc++ reports a C++ runtime abort of a rank (``std::terminate``, exit code -6)

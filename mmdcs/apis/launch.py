@@ -657,10 +657,15 @@ def config_origin(exc: BaseException) -> Optional[str]:
     """Where in the config an error raised while mmengine built a part of it comes from:
     ``'model.backbone.tau = -1.0'``, ``'custom_hooks.0.start = 0'``, ``'model.backbone
     (mmdcs.Swin)'``; None when it was not raised inside a registry build."""
+    return _origin(exc)[0]
+
+
+def _origin(exc: BaseException) -> Tuple[Optional[str], Any]:
+    """(:func:`config_origin`'s answer, the config value it names or None)."""
     frames = _traceback_frames(exc)
     builds = [f for f in frames if _is_build_frame(f)]
     if not builds:
-        return None
+        return None, None
     root = _root_config(frames)
     path, outer = None, root
     for frame in builds:
@@ -676,19 +681,14 @@ def config_origin(exc: BaseException) -> Optional[str]:
     inner = builds[-1].f_locals
     cfg, obj_cls = inner.get('cfg', None), inner.get('obj_cls', None)
     if not isinstance(cfg, dict):
-        return path
+        return path, None
     arg = _argument_named(str(exc), cfg, obj_cls) or _string_for_a_number(exc, cfg, obj_cls)
     if arg is None:
         kind = cfg.get('type', None)
-        return f'{path} (type={kind!r})' if isinstance(kind, str) else path
+        return (f'{path} (type={kind!r})' if isinstance(kind, str) else path), None
     value = _lookup(cfg, arg)
     where = f'{path}.{arg}'
-    _ORIGIN_VALUE[0] = value
-    return where if value is None or isinstance(value, dict) else f'{where} = {value!r}'
-
-
-#: the config value :func:`config_origin` found last (for :func:`_explain`)
-_ORIGIN_VALUE: List[Any] = [None]
+    return (where if value is None or isinstance(value, dict) else f'{where} = {value!r}'), value
 
 
 def _explain(exc: BaseException, value: Any) -> str:
@@ -730,11 +730,10 @@ def user_errors() -> Iterator[None]:
     except CONSTRUCTION_ERRORS as e:
         if isinstance(e, input_file_errors()):
             _refused(str(e))
-        _ORIGIN_VALUE[0] = None
-        where = config_origin(e)
+        where, value = _origin(e)
         if where is None or _debugging():
             raise
-        _refused(f'{where}: {_explain(e, _ORIGIN_VALUE[0])}')
+        _refused(f'{where}: {_explain(e, value)}')
     except FileNotFoundError as e:
         # a file the config or the command line names (a checkpoint, an arch/subnet file, a
         # teacher); the message names it

@@ -5,7 +5,6 @@ line (matched / missing / unexpected / mis-shaped, the switch that allows it) â€
 ``tools/test.py``'s CHECKPOINT, ``load_from`` and ``init_cfg=dict(type='Pretrained')``, for
 mmpretrain and mmdet configs â€” unless ``allow_partial_checkpoint = True``; a head or neck that a
 downstream model adds, and the gates of a supernet initialised from a baseline, stay normal."""
-import os
 import os.path as osp
 import re
 
@@ -15,7 +14,7 @@ import torch
 import mmdcs.registry  # noqa: F401  (registers the loaders)
 from mmdcs.utils.checkpoint import (PARTIAL_KEY, MismatchedCheckpointError, trust_checkpoints,
                                     trust_scope)
-from _tools import digits_opts, load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import digits_opts, run_main  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -189,17 +188,6 @@ def test_downstream_backbone_from_a_classifier_and_from_another_architecture(tas
 
 
 # ----------------------------------------------------------------------------- entry points
-def _main(rel, argv, capsys):
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        with pytest.raises(SystemExit) as e:
-            load_tool(rel).main(argv)
-    finally:
-        os.chdir(cwd)
-    return e.value.code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize('tool', ['test', 'train_load_from', 'train_init_cfg'])
 def test_tools_refuse_a_checkpoint_of_another_architecture(tool, deit_ckpt, tiny_digits,
                                                            tmp_path, capsys):
@@ -217,7 +205,7 @@ def test_tools_refuse_a_checkpoint_of_another_architecture(tool, deit_ckpt, tiny
         argv = ['tools/train.py', [CLS_CFG, '--work-dir', work] + opts + [
             'model.backbone.init_cfg.type=Pretrained', 'model.backbone.init_cfg.prefix=backbone.',
             f'model.backbone.init_cfg.checkpoint={deit_ckpt}']]
-    code, err = _main(*argv, capsys)
+    code, err = run_main(*argv, capsys)
     lines = [ln for ln in err.splitlines() if ln.startswith('error:')]
     assert code == 2 and len(lines) == 1 and 'Traceback' not in err, err[-3000:]
     assert f'{deit_ckpt} does not fit' in lines[0] and PARTIAL_KEY in lines[0], lines[0]

@@ -22,7 +22,7 @@ from mmdcs.utils.checkpoint import (MANIFEST, MismatchedCheckpointError,
                                     UnreadableCheckpointError, UnsafeCheckpointError,
                                     load_checkpoint_file, pickle_globals, record_checkpoint,
                                     save_weights, trust_checkpoints, trust_scope)
-from _tools import digits_opts, load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import digits_opts, load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CLS_CFG = 'configs/demo/mobilevit-xs_digits-cls.py'
@@ -83,18 +83,6 @@ def _fresh_trust():
 
 def _tool(rel):
     return load_tool(rel)
-
-
-def _main(rel, argv, capsys):
-    """(exit code, stderr) of a tool's main(argv) run in this process."""
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        with pytest.raises(SystemExit) as e:
-            _tool(rel).main(argv)
-    finally:
-        os.chdir(cwd)
-    return e.value.code, capsys.readouterr().err
 
 
 def _one_error_line(err):
@@ -263,7 +251,7 @@ def test_test_tool_refuses_crafted_and_corrupt_checkpoints(evil, corrupt, tiny_d
     line = _assert_refused(proc.returncode, proc.stderr, path, marker)
     assert 'trust_checkpoint=True in the config' in line
     for name, p in corrupt.items():
-        code, err = _main('tools/test.py', [CLS_CFG, p, '--work-dir', str(tmp_path / 'w'),
+        code, err = run_main('tools/test.py', [CLS_CFG, p, '--work-dir', str(tmp_path / 'w'),
                                             '--cfg-options'] + digits_opts(tiny_digits), capsys)
         line = _one_error_line(err)
         assert code == 2 and p in line and 'is not a readable checkpoint' in line, (name, line)
@@ -288,13 +276,13 @@ def test_train_tool_refuses_crafted_and_corrupt_checkpoints(how, evil, corrupt, 
         return [CLS_CFG, '--work-dir', work] + resume + ['--cfg-options'] + digits_opts(
             tiny_digits) + extra
 
-    code, err = _main('tools/train.py', argv(path), capsys)
+    code, err = run_main('tools/train.py', argv(path), capsys)
     line = _assert_refused(code, err, path, marker)
     if how == 'resume':
         assert f"only when this run wrote it: its sha256 recorded in " \
             f"{osp.join(osp.realpath(work), MANIFEST)}" in line
     if how in ('resume', 'init_cfg'):
-        code, err = _main('tools/train.py', argv(corrupt['truncated']), capsys)
+        code, err = run_main('tools/train.py', argv(corrupt['truncated']), capsys)
         line = _one_error_line(err)
         assert code == 2 and 'truncated.pth is not a readable checkpoint' in line
 
@@ -324,12 +312,12 @@ def test_export_convert_and_analysis_tools_refuse_a_crafted_checkpoint(evil, cor
                                           f'test_dataloader.dataset.data_root={images}'],
     }
     for tool, args in calls.items():
-        code, err = _main(tool, args, capsys)
+        code, err = run_main(tool, args, capsys)
         _assert_refused(code, err, path, marker)
     assert not osp.exists(out) or not os.listdir(out)
     assert not osp.exists(str(tmp_path / 'c.pth'))
     for name, p in corrupt.items():
-        code, err = _main('tools/export_subnet.py', [supernet, p, '--out', out], capsys)
+        code, err = run_main('tools/export_subnet.py', [supernet, p, '--out', out], capsys)
         line = _one_error_line(err)
         assert code == 2 and f'{p} is not a readable checkpoint' in line, (name, line)
 
@@ -430,7 +418,7 @@ def test_resume_refuses_a_crafted_file_planted_in_the_work_dir(how, evil, tiny_d
     with open(str(work / MANIFEST), 'w') as f:  # a digest, but of another file
         f.write(f'{"0" * 64}  epoch_1.pth\n')
     resume = ['--resume', planted] if how == 'path' else ['--resume']
-    code, err = _main('tools/train.py', [CLS_CFG, '--work-dir', str(work)] + resume + [
+    code, err = run_main('tools/train.py', [CLS_CFG, '--work-dir', str(work)] + resume + [
         '--cfg-options'] + digits_opts(tiny_digits), capsys)
     line = _assert_refused(code, err, planted, marker)
     assert osp.join(osp.realpath(str(work)), MANIFEST) in line

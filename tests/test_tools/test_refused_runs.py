@@ -10,17 +10,15 @@ import types
 
 import pytest
 import torch
-from _tools import ROOT, digits_opts, load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import ROOT, digits_opts, run_main  # noqa: E402 (tests/ is on sys.path)
 
 SEARCH = osp.join(ROOT, 'configs/demo/dcs-mobilevit-xs_search_digits.py')
 RETRAIN = osp.join(ROOT, 'configs/demo/dcs-mobilevit-xs_retrain_digits.py')
 
 
 def _refused(capsys, tool, argv):
-    with pytest.raises(SystemExit) as e:
-        load_tool(tool).main(list(argv))
-    err = capsys.readouterr().err
-    assert e.value.code == 2, err[-3000:]
+    code, err = run_main(tool, argv, capsys, cwd=None)
+    assert code == 2, err[-3000:]
     lines = [line for line in err.splitlines() if line.startswith('error')]
     assert len(lines) == 1 and 'Traceback' not in err, err[-3000:]
     return lines[0]

@@ -2,12 +2,12 @@
 non-positive or non-numeric sizes and counts (one shared set of argparse types,
 ``mmdcs.apis.launch.positive_size`` ...), malformed ``--cfg-options``, output paths of the wrong
 kind or that exist already (``mmdcs.apis.outputs``), refused before any work. The tools run
-in this process (``tests/_tools.load_tool``): each refusal takes milliseconds."""
+in this process (``tests/_tools.run_main``): each refusal takes milliseconds."""
 import os
 import os.path as osp
 
 import pytest
-from _tools import ROOT, load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import ROOT, run_main  # noqa: E402 (tests/ is on sys.path)
 
 CLS = osp.join(ROOT, 'configs/demo/mobilevit-xs_digits-cls.py')
 SEARCH = osp.join(ROOT, 'configs/demo/dcs-mobilevit-xs_search_digits.py')
@@ -15,11 +15,8 @@ SEARCH = osp.join(ROOT, 'configs/demo/dcs-mobilevit-xs_search_digits.py')
 
 def _refused(capsys, tool: str, argv, tmp_path=None):
     """Run ``tool``'s main(argv) in this process: exit code 2, one ``error:`` line."""
-    module = load_tool(tool)
-    with pytest.raises(SystemExit) as e:
-        module.main(list(argv))
-    err = capsys.readouterr().err
-    assert e.value.code == 2, err
+    code, err = run_main(tool, argv, capsys, cwd=None)
+    assert code == 2, err
     assert 'Traceback' not in err, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith('error: '), err
