@@ -753,6 +753,8 @@ def user_errors() -> Iterator[None]:
         raise
     finally:
         del _WATCHED[watched:]
+        if not _WATCHED:
+            _MANAGED_BEFORE.clear()
 
 
 def _debugging() -> bool:
@@ -770,6 +772,8 @@ def _refused(message: str) -> None:
 # ----------------------------------------------------------------------------- refused runs
 #: (path, entries that existed, or None when the path itself is new) of :func:`watch_new_paths`
 _WATCHED: List[Tuple[str, Optional[set]]] = []
+#: the mmengine instances that existed when :func:`watch_new_paths` was called
+_MANAGED_BEFORE: List[set] = []
 #: files whose presence means that a run produced results: its files are then kept
 RESULT_SUFFIXES = ('.pth', '.safetensors', 'last_checkpoint')
 
@@ -788,6 +792,39 @@ def watch_new_paths(path: str) -> None:
         _WATCHED.append((top, None))
     elif osp.isdir(path):
         _WATCHED.append((path, set(os.listdir(path))))
+    _MANAGED_BEFORE[:] = [_managed_instances()]
+
+
+def _managed_classes() -> list:
+    """mmengine's ``ManagerMixin`` classes (its logger, message hub, visualizers, default
+    scope), each with its own instance registry."""
+    from mmengine.utils import ManagerMixin
+    out, todo = [], [ManagerMixin]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def _managed_instances() -> set:
+    return {(cls, name) for cls in _managed_classes() for name in cls._instance_dict}
+
+
+def _forget_new_instances() -> None:
+    """Drop the mmengine instances (``MMLogger``, visualizers, ...) created since
+    :func:`watch_new_paths`: they are named after the run's timestamp and hold its log file and
+    ``vis_data`` directory, which the refusal removed; a later run of the same config within
+    the same second, in this process, would get them back and write into the removed paths."""
+    if not _MANAGED_BEFORE:
+        return
+    before = _MANAGED_BEFORE.pop()
+    for cls in _managed_classes():
+        for name in [n for n in cls._instance_dict if (cls, n) not in before]:
+            instance = cls._instance_dict.pop(name)
+            for handler in list(getattr(instance, 'handlers', [])):  # a logger's files
+                handler.close()
+                instance.removeHandler(handler)
 
 
 def _holds_results(paths: List[str]) -> bool:
@@ -804,6 +841,8 @@ def _holds_results(paths: List[str]) -> bool:
 
 def _remove_new_paths() -> None:
     watched, _WATCHED[:] = list(_WATCHED), []
+    if watched:
+        _forget_new_instances()
     for path, before in watched:
         if before is None:
             new = [path] if osp.lexists(path) else []

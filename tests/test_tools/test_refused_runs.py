@@ -44,6 +44,24 @@ def test_refused_training_leaves_no_work_dir(tiny_digits, tmp_path, monkeypatch,
 
 
 @pytest.mark.xdist_group('train')
+def test_a_refused_run_forgets_the_logger_of_the_directory_it_removed(tiny_digits, tmp_path,
+                                                                      monkeypatch, capsys):
+    """mmengine names a run's logger and visualizer after the config and the second it starts,
+    and binds them to its log directory. A refusal removes that directory: a second run of the
+    same config in the same second (frozen here) must not get them back and write into it."""
+    import time
+    bad = tmp_path / 'truncated.pth'
+    bad.write_bytes(b'PK\x03\x04 not a checkpoint')
+    monkeypatch.setattr(time, 'time', lambda: 1.7e9)  # both runs start in the same second
+    argv = [SEARCH, '--work-dir', str(tmp_path / 'w'), '--cfg-options'] + digits_opts(
+        tiny_digits) + [f'load_from={bad}']
+    for _ in range(2):
+        line = _refused(capsys, 'tools/train.py', argv)
+        assert 'is not a readable checkpoint' in line, line
+    assert not osp.exists(tmp_path / 'w')
+
+
+@pytest.mark.xdist_group('train')
 def test_refused_test_leaves_no_work_dir(tiny_digits, tmp_path, monkeypatch, capsys):
     """tools/test.py without --work-dir, with a file that is no checkpoint (refused when the
     runner loads it): no ./work_dirs/<config> in the current directory."""
