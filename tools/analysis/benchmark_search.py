@@ -109,7 +109,7 @@ def search_benchmark(args):
     t_weight = timed(lambda: loop.train_step(data, 'weight'), args.steps, args.repeats)
     t_arch = timed(lambda: loop.train_step(data, 'arch'), args.steps, args.repeats)
     t_epoch = 0.7 * t_weight + 0.3 * t_arch
-    print(f'search, {args.arch} supernet, batch {args.batch} at {args.size}px '
+    print(f'search, {args.arch} {args.variant} supernet, batch {args.batch} at {args.size}px '
           f'(median of {args.repeats} × {args.steps} steps):')
     print(f'  plain training step      {t_plain * 1e3:8.1f} ms   1.00×')
     print(f'  search weight step       {t_weight * 1e3:8.1f} ms   {t_weight / t_plain:.2f}×')

@@ -6,13 +6,13 @@ row per model with its Grad-CAM heat map (predicted class and probability in the
         [--target-layer backbone.stages.-1] [--target-class C] [--size S]
         [--out work_dirs/cam/grad_cam.png]
 
-Grad-CAM (Selvaraju et al. 2017) is computed here (mmdcs.analysis.gradcam.grad_cam: hooks on
-the target layer's activations and gradients, cam = ReLU(Σ_k w_k A_k), w_k the mean gradient
-of channel k; no `grad-cam` package needed). Default target layer: the backbone's `cam_layer`
-(the backbone contract), the last stage of each family: ViT `backbone.blocks.-1.norm1` (the tokens that feed the last attention; class token
-dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`, MobileViT
-`backbone.stages.-1`, EfficientViT `backbone.stages.-1`. The class is the predicted one unless
---target-class. Images go through the config's test pipeline and data preprocessor.
+Grad-CAM (Selvaraju et al. 2017) is computed here (mmdcs.analysis.gradcam.grad_cam: hooks on the
+target layer's activations and gradients, cam = ReLU(Σ_k w_k A_k), w_k the mean gradient of channel
+k; no `grad-cam` package needed). Default target layer: the backbone's `cam_layer` (the backbone
+contract), the last stage of each family: ViT `backbone.blocks.-1.norm1` (the tokens that feed the
+last attention; class token dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`,
+MobileViT `backbone.stages.-1`, EfficientViT `backbone.stages.-1`. The class is the predicted one
+unless --target-class. Images go through the config's test pipeline and data preprocessor.
 CHECKPOINT may be `none` (random weights).
 """
 import os.path as osp

@@ -76,6 +76,9 @@ def convert(args) -> None:
     if args.arch not in timm_names:
         raise UserError(f'unknown arch {args.arch!r} for {args.family}; valid: '
                         f'{", ".join(timm_names)}')
+    if args.layout not in cls.checkpoint_layouts:
+        others = [f for f in FAMILIES if args.layout in backbone_classes()[f].checkpoint_layouts]
+        raise UserError(f'--layout {args.layout} is for {", ".join(others)}, not {args.family}')
     if args.random_init:
         import timm
         torch.manual_seed(0)
@@ -86,9 +89,6 @@ def convert(args) -> None:
             raise UserError('give SRC or --random-init')
         state = load_state_dict(args.src)
         source = args.src
-    if args.layout not in cls.checkpoint_layouts:
-        others = [f for f in FAMILIES if args.layout in backbone_classes()[f].checkpoint_layouts]
-        raise UserError(f'--layout {args.layout} is for {", ".join(others)}, not {args.family}')
     try:
         converted = cls.convert_checkpoint(state, args.arch, args.layout)
     except (ValueError, KeyError) as e:  # the weights are not of this family / arch
