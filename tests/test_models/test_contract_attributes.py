@@ -180,3 +180,13 @@ def test_the_tools_take_families_and_layouts_from_the_classes(capsys, tmp_path):
     assert code == 2 and "--variant 'baseline'" in err
     code, err = run_main('tools/analysis/benchmark_search.py', ['--arch', 'vit-h14'], capsys)
     assert code == 2 and "unknown arch 'vit-h14'" in err
+
+
+def test_the_final_token_map_of_the_token_distillation_is_the_family_s():
+    """DynamicViT's classifier asks the teacher's backbone for its final normalised tokens."""
+    vit = ViT('deit-tiny')
+    assert vit.final_token_norm() == (vit.norm, True)
+    swin = Swin('swin-t', img_size=64)
+    assert swin.final_token_norm() == (swin.norm3, False)
+    with pytest.raises(ValueError, match=r'needs the last stage of Swin in out_indices'):
+        Swin('swin-t', img_size=64, out_indices=(1, )).final_token_norm()

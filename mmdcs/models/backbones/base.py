@@ -35,6 +35,10 @@ find the classes with :func:`backbone_classes` / :func:`backbone_class`, never b
   convert (``{}``: none), ``checkpoint_layouts`` (the source layouts besides ``'timm'``, e.g.
   Swin's ``'official'``) and :meth:`~SelectableBackbone.convert_checkpoint` (a state dict of
   such a layout → the state dict of the family's mmpretrain classifier).
+* optional, for the peer methods: ``plain_arch`` (a peer backbone's arch in the plain family's
+  names, what it is timed against) and ``final_token_norm()`` (the module giving the family's
+  final normalised tokens, and whether they start with a class token: DynamicViT's
+  distillation from a ViT / Swin teacher).
 * ``frozen_stages``, one meaning in every family (the mmpretrain / mmdet convention):
   ``-1`` freezes nothing; ``0`` freezes the stem (the patch / convolutional embedding, and the
   position embedding and class token where there are some); ``k >= 1`` freezes the stem and the

@@ -455,6 +455,15 @@ class Swin(SelectableBackbone):
     def attention_layout(self, name: str) -> 'WindowLayout':
         return WindowLayout(enclosing_module(self, name, SwinBlock))
 
+    def final_token_norm(self) -> Tuple[nn.Module, bool]:
+        """The module whose output is the final normalised token map (B, H, W, C: no class
+        token), the last stage's norm (DynamicViT's token distillation)."""
+        name = f'norm{self.num_stages - 1}'
+        if not hasattr(self, name):
+            raise ValueError(f'DynamicViTClassifier: the token distillation needs the last stage '
+                             f'of {type(self).__name__} in out_indices')
+        return getattr(self, name), False
+
     def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
         """A stage's output (B, H, W, C) → (B, C, H, W)."""
         return feature_to_bchw(act, channels_last=True)

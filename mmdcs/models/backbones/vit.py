@@ -284,6 +284,11 @@ class ViT(SelectableBackbone):
     def attention_layout(self, name: str) -> 'TokenLayout':
         return TokenLayout(self.patch_size, self.num_prefix_tokens)
 
+    def final_token_norm(self) -> Tuple[nn.Module, bool]:
+        """The module whose output is the final normalised token map (B, 1 + h·w, C), and that
+        it starts with the class token (DynamicViT's token distillation)."""
+        return self.norm, True
+
     def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
         """Tokens (B, prefix + h·w, C) → the patch grid of ``image_hw`` (B, C, h, w)."""
         if act.dim() != 3:
