@@ -26,6 +26,7 @@ import mmdcs
 from mmdcs.analysis import complexity
 from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import time_models
+from mmdcs.analysis.latency_table import device_name
 from mmdcs.selection import file_sha256, prunable_modules
 from mmdcs.selection.budget import BudgetError, budget_subnet, build_cost
 from mmdcs.selection.importance import get_scorer, scorer_names
@@ -294,8 +295,8 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
             spec.meta['budget']['measured']['latency'] = dict(latency)
         check = getattr(costs.get(resource), 'context_warnings', None) if costs else None
         if check is not None:  # a table measured elsewhere: a warning naming both
-            notes = check(threads=latency['threads'], batch=latency['batch'], dtype='fp32',
-                          warn=False)
+            notes = check(device_name=latency['device_name'], threads=latency['threads'],
+                          batch=latency['batch'], dtype='fp32', warn=False)
     max_diff = ref = None
     if verify and costs is None:
         g = torch.Generator().manual_seed(0)
@@ -354,7 +355,8 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
     b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
     return dict(baseline_ms=b_ms, pruned_ms=p_ms, ratio=p_ms / b_ms, rounds=int(repeats),
                 threads=t['pruned'].get('threads', threads), batch=int(batch),
-                device=str(t['pruned'].get('device', x.device)))
+                device=str(t['pruned'].get('device', x.device)),
+                device_name=device_name(x.device))
 
 
 def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, source,
@@ -395,7 +397,7 @@ def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, so
     if r.latency is not None:
         t = r.latency
         lines.append(f'latency, measured (batch {t["batch"]}, {t["threads"]} thread(s), '
-                     f'{t["device"]}, median of {t["rounds"]} interleaved rounds): baseline '
+                     f'{t["device_name"]}, median of {t["rounds"]} interleaved rounds): baseline '
                      f'{t["baseline_ms"]:.2f} ms, pruned {t["pruned_ms"]:.2f} ms = '
                      f'{t["ratio"]:.4f} of the baseline')
     if r.max_diff is not None:

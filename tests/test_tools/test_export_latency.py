@@ -137,6 +137,9 @@ def test_the_measurement_is_recorded_beside_the_prediction(setup, tmp_path):
     assert res.latency['ratio'] == pytest.approx(b['measured']['flops']['ratio'], rel=1e-6)
     assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01)
     assert any('threads = 1' in w and 'threads = 2' in w for w in res.warnings), res.warnings
+    # and measured on another machine than this one (the synthetic table's device name)
+    assert any("'Synthetic CPU'" in w and res.latency['device_name'] in w
+               for w in res.warnings), res.warnings
     assert any(line.startswith('latency, measured') for line in res.lines)
 
 
