@@ -331,10 +331,11 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
                     repeats: int = 21, warmup: int = 3, threads: Optional[int] = None,
                     batch: Optional[int] = None, timer: Optional[Callable] = None,
                     seed: int = 0) -> dict:
-    """The exported model's latency against the baseline network's (the same config with the
-    backbone's ``variant='baseline'``, random weights: time depends only on the shapes),
-    timed interleaved round by round, medians (:func:`mmdcs.analysis.latency.time_models`;
-    ``timer``: a replacement with its signature, e.g. a synthetic one in tests)."""
+    """The exported backbone's latency against the baseline backbone's (the config's backbone
+    with ``variant='baseline'``, random weights: time depends only on the shapes), timed
+    interleaved round by round, medians (:func:`mmdcs.analysis.latency.time_models`; ``timer``:
+    a replacement with its signature, e.g. a synthetic one in tests). Backbones, as a latency
+    table measures them (a classifier's head is the same in both)."""
     timer = timer or time_models
     threads, batch = threads or 1, batch or 1
     base_cfg = copy.deepcopy(cfg.model)
@@ -346,8 +347,7 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
         base_cfg.pop('cost', None)
     torch.manual_seed(seed)
     base = build_model(base_cfg, scope).eval()
-    if not classifier:
-        base, pruned = mmdcs_backbone(base) or base, require_pruned(pruned)
+    base, pruned = mmdcs_backbone(base) or base, require_pruned(pruned)
     x = torch.randn((int(batch), ) + tuple(full_shape[1:]),
                     generator=torch.Generator().manual_seed(seed))
     t = timer(dict(baseline=base, pruned=pruned), x, warmup=warmup, repeats=repeats,
