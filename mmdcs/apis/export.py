@@ -384,7 +384,8 @@ def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, so
         m = r.budget['measured']
         lines.append(
             f'budget ({method}): {resource} target {ratio:g} of the baseline '
-            f'{"classifier" if classifier else "backbone"}; achieved FLOPs '
+            f'{"classifier" if classifier and resource in COUNTED else "backbone"}; achieved '
+            f'FLOPs '
             f'{human(m["flops"]["pruned"])} = {m["flops"]["ratio"]:.4f}, params '
             f'{human(m["params"]["pruned"])} = {m["params"]["ratio"]:.4f} of the baseline '
             f'({human(m["flops"]["baseline"])} FLOPs, {human(m["params"]["baseline"])} params)')
