@@ -59,8 +59,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        multiple_of: int = 8, table: Optional[dict] = None,
                        table_rounds: int = 5, table_timer: Optional[Callable] = None,
                        repeats: int = 21, warmup: int = 3, timer: Optional[Callable] = None,
-                       seed: int = 0, progress: Optional[Callable[[str], None]] = None
-                       ) -> dict:
+                       seed: int = 0, progress: Optional[Callable[[str], None]] = None,
+                       on_table: Optional[Callable[[dict], None]] = None) -> dict:
     """One paper model at a latency target on this device.
 
     Args:
@@ -77,7 +77,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         repeats, warmup: the measurement's interleaved rounds (medians) and untimed calls;
             ``timer``: a replacement of :func:`~mmdcs.analysis.latency.time_models` with its
             signature (e.g. a synthetic one in tests).
-        progress: called with the table builder's progress lines.
+        progress: called with the table builder's progress lines; ``on_table``: with a table
+            built here, before the budget (which may refuse the target), e.g. to keep it.
 
     Returns:
         dict with the :data:`COLUMNS` (``*_ratio`` of the pruned backbone to the baseline's;
@@ -94,6 +95,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
                             multiple_of=multiple_of, timer=table_timer, seed=seed,
                             progress=progress)
+        if on_table is not None:
+            on_table(table)
     cost = LatencyCost.from_table(table, sup, size)
     scorer = get_scorer(method)
     scores, hidden_scores = scorer(sup, model=sup)
