@@ -4,15 +4,22 @@ input size, the table measured and validated on this device, a table file read b
 config with one clear line on a mismatch.
 """
 import copy
+import os
+import os.path as osp
 from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
+from mmdcs.analysis.complexity import PAPER_VARIANT, backbone_class
+from mmdcs.analysis.latency import _size
 from mmdcs.analysis.latency_table import (DTYPES, build_table, device_name, format_validation,
                                           load_table, validate)
+from mmdcs.analysis.latency_target import latency_target_row
+from mmdcs.selection.budget import BudgetError
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
 from .launch import UserError
+from .outputs import write_json
 from .subnet_io import (backbone_cfg_of, build_model, config_input_size, load_task_config,
                         require_supernet)
 
@@ -135,13 +142,6 @@ def latency_target_rows(models: Sequence[str], target: float,
     (:func:`table_file_name`; None: measured and not kept). A table file that is corrupt or for
     another supernet, a target the table cannot meet, a device that is not here: one
     :class:`UserError` line. ``options``: the row's other arguments."""
-    import os
-    import os.path as osp
-    from mmdcs.analysis.complexity import PAPER_VARIANT, backbone_class
-    from mmdcs.analysis.latency import _size
-    from mmdcs.analysis.latency_target import latency_target_row
-    from mmdcs.selection.budget import BudgetError
-    from .outputs import write_json
     check_device(device, dtype)
     for arch in models:
         try:
