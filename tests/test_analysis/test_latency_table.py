@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmdcs.analysis.latency_table import (_units, build_table, extra_modules, load_table,
-                                          pruned_copy, random_widths, timed_modules, validate,
-                                          width_grid)
+from mmdcs.analysis.latency_table import (WallTimer, _units, build_table, default_clock,
+                                          extra_modules, load_table, pruned_copy, random_widths,
+                                          timed_modules, validate, width_grid)
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.models.backbones.mobilevit import MobileViT
 from mmdcs.models.backbones.vit import ViT, Block
@@ -58,6 +58,18 @@ def test_width_grid():
     assert g[-1] == 1536 and all(w % 8 == 0 for w in g) and g == sorted(set(g))
 
 
+def test_clock_choice():
+    assert default_clock('cpu', 1) == 'thread'  # one thread: the calling thread's CPU time
+    assert default_clock('cpu', 2) == 'wall' and default_clock('cpu', None) == 'wall'
+    with pytest.raises(ValueError, match='clock'):
+        WallTimer(clock='cycles')
+    calls = []
+    for clock in ('wall', 'thread'):
+        t = WallTimer(min_time=0., clock=clock)(lambda: calls.append(1), nn.Identity())
+        assert t >= 0.
+    assert len(calls) == 2  # min_time 0: one call each
+
+
 def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
     sup, base = _vit()
     lines = []
@@ -65,6 +77,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
                         timer=synthetic_timer, progress=lines.append)
     assert lines and 'grid point' in lines[-1]
     assert table['baseline_ms'] == B and table['arch'] == 'deit-tiny'
+    assert table['clock'] == 'injected'
     assert table['selection']['select_hidden'] is True
     assert table['input_shape'] == [32, 32] and table['batch'] == 1 and table['threads'] == 1
     assert table['device_name'] and table['torch'] and table['dispersion']['unit_spread_max'] == 0
