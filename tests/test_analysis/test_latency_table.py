@@ -14,7 +14,8 @@ from mmdcs.analysis.latency_table import (WallTimer, _units, build_table, defaul
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.models.backbones.mobilevit import MobileViT
 from mmdcs.models.backbones.vit import ViT, Block
-from mmdcs.selection.budget import CHANNELS, HIDDEN
+from mmdcs.selection.budget import (CHANNELS, HIDDEN, budget_subnet, hidden_magnitude_scores,
+                                    magnitude_scores)
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
 from mmdcs.selection.mlp import PrunedMLP
 from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
@@ -174,3 +175,23 @@ def test_corrupt_truncated_and_mismatched_tables_are_refused(tmp_path):
     with pytest.raises(LatencyTableError, match='input 32x32.*64x64'):
         LatencyCost.from_table(table, ViT('deit-tiny', variant='kcr', img_size=64))
     LatencyCost.from_table(table, sup)
+
+
+def test_the_export_greedy_meets_a_predicted_latency_budget():
+    """LatencyCost has LinearCost's interface: the joint ranking of the export
+    (budget_subnet) runs on it unchanged and lands within 1 % of the baseline below a
+    predicted latency target."""
+    sup, base = _vit()
+    table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=32,
+                        timer=synthetic_timer)
+    cost = LatencyCost.from_table(table, sup)
+    for target in (0.8, 0.6):
+        spec = budget_subnet(sup, 'vit', 'deit-tiny', 'kcr', magnitude_scores(sup), cost,
+                             target, multiple_of=8, hidden_scores=hidden_magnitude_scores(sup))
+        b = spec.meta['budget']
+        assert b['resource'] == 'latency' and b['ranked'] == 'channels and hidden units'
+        assert abs(b['achieved_ratio'] - target) <= 0.01
+        widths = {(CHANNELS, blk.name): blk.kept for blk in spec.blocks}
+        widths.update({(HIDDEN, h.name): h.kept for h in spec.hidden})
+        assert all(w % 8 == 0 for w in widths.values())
+        assert_close_scaled(cost.count(widths), b['achieved'], 1e-12)
