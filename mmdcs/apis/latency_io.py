@@ -68,7 +68,7 @@ def check_device(device: str, dtype: str) -> None:
 def measure_table(sup: nn.Module, base: nn.Module, size: Size, batch: int = 1,
                   threads: Optional[int] = 1, dtype: str = 'fp32', device: str = 'cpu',
                   rounds: int = 5, multiple_of: int = 8, validate_k: int = 0,
-                  validate_rounds: int = 7, progress: Optional[Callable[[str], None]] = print
+                  validate_rounds: int = 15, progress: Optional[Callable[[str], None]] = print
                   ) -> dict:
     """The latency table of ``sup`` measured here (and validated on ``validate_k`` random
     subnets, kept in the table's ``validation``)."""
