@@ -184,6 +184,8 @@ def latency_target_rows(models: Sequence[str], target: float,
             rows.append(row)
             if progress:
                 progress(f'{arch}: batch {batch}: predicted {row["predicted_ratio"]:.3f}, '
-                         f'measured {row["measured_ratio"]:.3f}, FLOPs {row["flops_ratio"]:.3f}, '
+                         f'measured {row["measured_ratio"]:.3f} (wall clock), '
+                         f'{row["measured_ratio_clock"]:.3f} ({row["clock"]} clock), FLOPs '
+                         f'{row["flops_ratio"]:.3f}, '
                          f'params {row["params_ratio"]:.3f} ({row["seconds"]:.0f} s)')
     return rows

@@ -43,7 +43,7 @@ def test_row_fields_are_consistent(target, table):
     calls.clear()
     row = latency_target_row('deit-tiny', target, batch=2, threads=1, input_size=SIZE,
                              select_hidden=True, table=table, repeats=3, warmup=0,
-                             timer=fake_time_models)
+                             timer=fake_time_models, clock_timer=synthetic_timer)
     # predicted within ±1 % (of the baseline) of the target, in groups of 8
     assert abs(row['predicted_ratio'] - target) <= 0.01
     assert not row['table_built']
@@ -57,6 +57,8 @@ def test_row_fields_are_consistent(target, table):
     assert calls == [dict(batch=2, repeats=3, threads=1)]
     assert_close_scaled(row['measured_ratio'], 2 * synthetic_ms(pruned) / synthetic_ms(base))
     assert_close_scaled(row['baseline_ms'], synthetic_ms(base))
+    # the table's clock (the synthetic timer here): the synthetic ratio itself
+    assert_close_scaled(row['measured_ratio_clock'], synthetic_ms(pruned) / synthetic_ms(base))
     # the synthetic table's prediction is the synthetic model of the built subnet
     assert_close_scaled(row['predicted_ratio'], synthetic_ms(pruned) / synthetic_ms(base),
                         rel=1e-6)
@@ -64,7 +66,8 @@ def test_row_fields_are_consistent(target, table):
     assert_close_scaled(row['params_ratio'], count_params(pruned) / count_params(base))
     assert row['flops_ratio'] < 1 and row['params_ratio'] < 1
     text = format_latency_target([row])
-    assert f'| {row["predicted_ratio"]:.3f} | {row["measured_ratio"]:.3f} |' in text
+    assert f'| {row["predicted_ratio"]:.3f} | {row["measured_ratio"]:.3f} | ' \
+           f'{row["measured_ratio_clock"]:.3f} ({row["clock"]}) |' in text
 
 
 def test_a_given_table_is_used_and_another_supernets_refused(table):

@@ -53,7 +53,8 @@ def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
     (row, ) = rows
     assert row['table_built'] and abs(row['predicted_ratio'] - 0.7) <= 0.01
     assert f'| {row["predicted_ratio"]:.3f} | {row["measured_ratio"]:.3f} | ' \
-           f'{row["flops_ratio"]:.3f} | {row["params_ratio"]:.3f} |' in out
+           f'{row["measured_ratio_clock"]:.3f} (thread) | {row["flops_ratio"]:.3f} | ' \
+           f'{row["params_ratio"]:.3f} |' in out
     (saved, ) = json.loads((tmp_path / 'rows.json').read_text())['rows']
     assert saved['measured_ratio'] == row['measured_ratio'] and 'table' not in saved
 
