@@ -39,6 +39,7 @@ from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_f
                                positive_size, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
                                 refuse_overwrite)
+from mmdcs.selection.importance import WIDTH_METHODS
 
 
 def parse_args(argv=None):
@@ -60,9 +61,22 @@ def parse_args(argv=None):
     for what in ('flops', 'params'):
         budget.add_argument(f'--target-{what}', type=float, metavar='R',
                             help=f'export to a budget: R (in (0, 1)) times the baseline\'s {what}')
-    parser.add_argument('--method', choices=('alpha', 'magnitude'), default='alpha',
-                        help='rank channels by the searched α (default) or by weight magnitude '
-                        '(a baseline checkpoint; needs a target)')
+    parser.add_argument('--method', choices=('alpha', 'magnitude', 'uniform', 'random', 'taylor'),
+                        default='alpha',
+                        help='rank channels by the searched α (default), or prune a baseline '
+                        'checkpoint (needs a target): by weight magnitude, uniform (the same '
+                        'kept ratio in every block, the largest norms kept), random (seeded '
+                        'random channels at --widths-from\'s widths, else the uniform ones) or '
+                        'taylor (Σ|w·∂L/∂w| per channel over --taylor-batches training batches)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='--method random: the seed of the channels drawn; taylor: of the '
+                        'batches (default: %(default)s)')
+    parser.add_argument('--widths-from', metavar='SUBNET',
+                        help='--method random: keep as many channels per block as this '
+                        'subnet.json (e.g. a searched subnet at the same budget)')
+    parser.add_argument('--taylor-batches', type=positive_int, default=4, metavar='N',
+                        help='--method taylor: training batches of 32 whose gradients are '
+                        'accumulated (default: %(default)s)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=ConfigOptions,
         help='override settings of the config, key=value')
@@ -105,7 +119,7 @@ def export(args) -> dict:
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     resource, target = _target(args)
-    magnitude = args.method == 'magnitude'
+    magnitude = args.method in ('magnitude', ) + WIDTH_METHODS  # from a baseline checkpoint
     if magnitude:
         magnitude_supernet_cfg(cfg.model)
     model = build_model(cfg.model, scope)
@@ -137,12 +151,16 @@ def export(args) -> dict:
                                      hidden_magnitude_scores(backbone))
         else:
             scores, hidden_scores = alpha_scores(backbone), hidden_alpha_scores(backbone)
-        # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
-        spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant, scores,
-                             costs[resource], target, args.multiple_of,
-                             hidden_scores=hidden_scores,
-                             normalize='mean' if magnitude else None, method=args.method,
-                             **meta)
+        if args.method in WIDTH_METHODS:
+            spec = _method_subnet(args, cfg, scope, model, backbone, costs[resource], target,
+                                  scores, hidden_scores, meta)
+        else:
+            # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
+            spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
+                                 scores, costs[resource], target, args.multiple_of,
+                                 hidden_scores=hidden_scores,
+                                 normalize='mean' if magnitude else None, method=args.method,
+                                 **meta)
         empty = []
 
     # the whole model with the backbone pruned, then the pruned model built from the spec alone
@@ -238,14 +256,47 @@ def export(args) -> dict:
     return dict(spec=spec, rows=rows, max_diff=max_diff, subnet=subnet_path, checkpoint=ckpt_path)
 
 
+def _method_subnet(args, cfg, scope, model, backbone, cost, target, norms, hidden_norms, meta):
+    """The subnet of --method uniform / random / taylor (mmdcs.selection.importance)."""
+    import json
+
+    import torch.nn.functional as F
+
+    from mmdcs.apis.loading import dataset_batches
+    from mmdcs.selection.importance import method_subnet, taylor_scores, widths_of
+    widths = taylor = None
+    if args.widths_from:
+        if args.method != 'random':
+            raise UserError('--widths-from is for --method random')
+        try:
+            with open(args.widths_from) as f:
+                widths = widths_of(json.load(f))
+        except (OSError, ValueError) as e:
+            raise UserError(f'--widths-from {args.widths_from}: {e}') from e
+    if args.method == 'taylor':
+        if not hasattr(model, 'head'):
+            raise UserError('--method taylor needs a classifier config (its loss on the '
+                            'training data)')
+        n = args.taylor_batches
+        batches = dataset_batches(cfg, model, scope, 'train', max_images=32 * n,
+                                  batch_size=32, seed=args.seed)
+        taylor = taylor_scores(backbone, batches,
+                               lambda b: F.cross_entropy(model(b[0], mode='tensor'), b[1]),
+                               params=model.parameters())
+    return method_subnet(args.method, backbone, backbone.family, backbone.arch, backbone.variant,
+                         cost, target, args.multiple_of, magnitude=norms,
+                         hidden_magnitude=hidden_norms, taylor=taylor, widths=widths,
+                         seed=args.seed, **meta)
+
+
 def _target(args):
     """(resource, ratio) of --target-flops / --target-params, or (None, None)."""
     for resource in ('flops', 'params'):
         value = getattr(args, f'target_{resource}')
         if value is not None:
             return resource, value
-    if args.method == 'magnitude':
-        raise UserError('--method magnitude needs a budget: --target-flops R or '
+    if args.method != 'alpha':
+        raise UserError(f'--method {args.method} needs a budget: --target-flops R or '
                         '--target-params R')
     return None, None
 
