@@ -312,7 +312,7 @@ class Results:
 def plan(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
          seeds: Sequence[int], regime: str) -> List[dict]:
     """Every run, in the order they are done: per model and seed, the baseline, then per
-    budget the searches before the pruners (random takes the DCS widths, when DCS runs)."""
+    budget the searches before the pruners (random takes KCR's or magnitude's widths)."""
     runs = []
     for model in models:
         for seed in seeds:
@@ -361,8 +361,10 @@ class Runner:
 
     def __init__(self, work: str, data: str, epochs: int, train_images: int, regime: str,
                  search_epochs: Optional[int] = None, retrain: str = 'default',
-                 latency: bool = True, python: str = sys.executable):
+                 latency: bool = True, python: str = sys.executable,
+                 extra: Sequence[str] = ()):
         self.work, self.data, self.epochs = work, data, epochs
+        self.extra = list(extra)  # more --cfg-options of every training run
         self.train_images, self.regime, self.retrain = train_images, regime, retrain
         self.search_epochs = search_epochs or epochs
         self.latency, self.py = latency, python
@@ -377,7 +379,7 @@ class Runner:
         return [f'{s}_dataloader.dataset.data_root={root}' for s in ('train', 'val', 'test')] + [
             f'train_cfg.max_epochs={epochs}', f'randomness.seed={seed}'] + (
             [f'train_dataloader.dataset.indices={self.train_images}']
-            if self.train_images else [])
+            if self.train_images else []) + self.extra
 
     def _call(self, cmd: List[str], log_path: str) -> None:
         os.makedirs(osp.dirname(log_path), exist_ok=True)
@@ -430,11 +432,12 @@ class Runner:
                               self.search_epochs if pretrained else self.epochs, seed, opts)
             spec = self.export(search_cfg, ckpt, spec_dir, budget, 'alpha')
         else:
-            extra = ['--seed', str(seed)]
+            extra, source = ['--seed', str(seed)], None
             if method == 'random':
-                dcs = self._dir(run, f'dcs_{budget:g}_subnet', 'subnet.json')
-                if osp.exists(dcs):
-                    extra += ['--widths-from', dcs]
+                source = self._widths_source(run)
+                if source:
+                    extra += ['--widths-from', self._dir(run, f'{source}_{budget:g}_subnet',
+                                                         'subnet.json')]
             spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, extra)
         cfg = retrain_config(model, method, self.retrain, pretrained)
         subnet = osp.join(spec_dir, 'subnet.json')
@@ -448,8 +451,19 @@ class Runner:
         self.train(cfg, out_dir, self.epochs, seed, opts)
         row = self._row(out_dir, self.epochs, cfg, opts, spec)
         if method == 'random':
-            row['widths_from'] = 'dcs' if '--widths-from' in extra else 'uniform'
+            row['widths_from'] = source or 'uniform'
         return row
+
+    def _widths_source(self, run: dict) -> Optional[str]:
+        """Whose widths the random pruner takes: KCR's searched subnet at the same budget and
+        seed (the network without Linear_θ, so its widths cost the same in the pruned
+        baseline), else magnitude's (then random vs magnitude differ only in which channels are
+        kept), else none (the uniform widths). DCS's widths are not used: its FLOPs include
+        Linear_θ, so the same widths without it land below the budget."""
+        for source in ('kcr', 'magnitude'):
+            if osp.exists(self._dir(run, f"{source}_{run['budget']:g}_subnet", 'subnet.json')):
+                return source
+        return None
 
     def _row(self, work_dir: str, epochs: int, cfg: str, opts: List[str],
              spec: Optional[dict]) -> dict:

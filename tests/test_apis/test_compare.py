@@ -79,7 +79,7 @@ def _fake_run(calls):
 def test_grid_resumes_and_refuses_other_settings(tmp_path):
     path = str(tmp_path / 'results.json')
     runs = plan(['deit-tiny'], ['magnitude', 'dcs'], [0.7], [0, 1], 'scratch')
-    # per seed: the baseline, then dcs before magnitude (random may take dcs's widths)
+    # per seed: the baseline, then the searches before the pruners (random takes their widths)
     assert [(r['method'], r['seed']) for r in runs] == [
         ('baseline', 0), ('dcs', 0), ('magnitude', 0), ('baseline', 1), ('dcs', 1),
         ('magnitude', 1)]
@@ -134,3 +134,30 @@ def test_compare_writes_reports_and_refuses_bad_input(tmp_path):
         compare(['deit-tiny'], ['dcs'], [1.5], [0], out, 2, 0, run_one=_fake_run(calls))
     with pytest.raises(UserError, match='unknown'):
         compare(['resnet'], ['dcs'], [0.7], [0], out, 2, 0, run_one=_fake_run(calls))
+
+
+@pytest.mark.xdist_group('train')
+def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
+    """One model, two methods (magnitude, uniform), one budget, one seed, 1 epoch on the tiny
+    digits set, through tools/train.py and tools/export_subnet.py: rows with the subnets'
+    measured ratios and widths; a second call runs nothing."""
+    from mmdcs.apis.compare import Runner
+    out = str(tmp_path / 'cmp')
+    quiet = ['train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+             'test_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False',
+             'val_dataloader.persistent_workers=False']
+    runner = Runner(osp.join(out, 'runs'), tiny_digits, 1, 0, 'scratch', latency=False,
+                    extra=quiet)
+    lines = []
+    rows = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
+                   run_one=runner, log=lines.append)
+    assert [r['method'] for r in rows] == ['baseline', 'magnitude', 'uniform']
+    for r in rows[1:]:
+        assert 0.69 <= r['flops_ratio'] <= 0.7 and 0 <= r['top1'] <= 100
+        assert r['widths'] and all(0 < k <= d for k, d in r['widths'].values())
+    uni = rows[2]['widths']
+    assert len({round(k / d, 2) for k, d in uni.values()}) == 1  # one ratio in every block
+    calls = []
+    again = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
+                    run_one=_fake_run(calls), log=lines.append)
+    assert calls == [] and again == rows
