@@ -30,8 +30,10 @@ import time
 from collections import OrderedDict, defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from mmdcs.analysis.latency import time_models
 from .launch import UserError
 from .outputs import write_json, write_texts
+from .subnet_io import build_model, load_task_config
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
@@ -486,16 +488,13 @@ class Runner:
         """ms/image of the pruned classifier over the baseline's (batch 16 at 64×64, 1 thread,
         interleaved rounds, median)."""
         import torch  # lazy import: only when latencies are measured
-
-        from mmdcs.analysis.latency import time_models
-        from .subnet_io import build_model, load_task_config
         built = {}
         for name, (config, o) in dict(
                 pruned=(cfg, opts),
                 baseline=(self._baseline_of(cfg), [])).items():
             c, scope = load_task_config(osp.join(ROOT, config),
                                         dict(x.split('=', 1) for x in o
-                                             if not x.startswith('load_from')))
+                                             if x.startswith('model.backbone.subnet=')))
             built[name] = build_model(c.model, scope).eval()
         x = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
         times = time_models(built, x, warmup=2, repeats=7, threads=1)

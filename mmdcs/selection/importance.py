@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .budget import BudgetError, LinearCost, human
+from .budget import BudgetError, LinearCost, budget_subnet, human
 from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
                      prunable_modules)
 
@@ -219,7 +219,6 @@ def method_subnet(method: str, model: nn.Module, family: str, arch: str, variant
     * ``'taylor'``: the ``taylor`` scores (:func:`taylor_scores`) ranked jointly per unit of
       cost, each block's relative to its mean (the magnitude pruner's greedy).
     """
-    from .budget import budget_subnet  # the joint ranking of the export
     if method not in WIDTH_METHODS:
         raise ValueError(f'method must be one of {WIDTH_METHODS}, got {method!r}')
     meta.pop('method', None)
