@@ -30,6 +30,7 @@ import time
 from collections import OrderedDict, defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import time_models
 from .launch import UserError
 from .outputs import write_json, write_texts
@@ -72,6 +73,10 @@ def retrain_config(model: str, method: str, retrain: str = 'default',
     if pretrained:
         return f'configs/pretrained/{kind}-{model}_finetune_digits.py'
     return f'configs/demo/{kind}-{model}_retrain_digits.py'
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -328,7 +333,7 @@ def plan(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float]
 
 
 def run_grid(runs: List[dict], results: Results, run_one: Callable[[dict], dict],
-             log: Callable[[str], None] = print, clock: Callable[[], float] = time.time
+             log: Callable[[str], None] = _print, clock: Callable[[], float] = time.time
              ) -> List[dict]:
     """Run every run not in ``results`` (``run_one(run)`` → the row's measurements), adding
     each row as it finishes; one progress line per run (done / total, elapsed, ETA from the
@@ -364,9 +369,10 @@ class Runner:
     def __init__(self, work: str, data: str, epochs: int, train_images: int, regime: str,
                  search_epochs: Optional[int] = None, retrain: str = 'default',
                  latency: bool = True, python: str = sys.executable,
-                 extra: Sequence[str] = ()):
+                 extra: Sequence[str] = (), theta_masks: bool = True):
         self.work, self.data, self.epochs = work, data, epochs
         self.extra = list(extra)  # more --cfg-options of every training run
+        self.theta_masks = theta_masks
         self.train_images, self.regime, self.retrain = train_images, regime, retrain
         self.search_epochs = search_epochs or epochs
         self.latency, self.py = latency, python
@@ -443,6 +449,8 @@ class Runner:
             spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, extra)
         cfg = retrain_config(model, method, self.retrain, pretrained)
         subnet = osp.join(spec_dir, 'subnet.json')
+        if method == 'dcs' and not self.theta_masks:
+            subnet = self._without_theta(spec, spec_dir)
         opts = [f'model.backbone.subnet={subnet}']
         if method in SEARCHED and self.retrain == 'default':
             # CE alone for the first half of the epochs, then CE + η·(IB or KCR), as make demo
@@ -452,9 +460,23 @@ class Runner:
         out_dir = self._dir(run, f'{tag}_{"finetune" if pretrained else "retrain"}')
         self.train(cfg, out_dir, self.epochs, seed, opts)
         row = self._row(out_dir, self.epochs, cfg, opts, spec)
+        if method == 'dcs' and not self.theta_masks:  # without Linear_θ: counted again
+            row.update(self._ratios(cfg, opts), theta_masks=False)
         if method == 'random':
             row['widths_from'] = source or 'uniform'
         return row
+
+    @staticmethod
+    def _without_theta(spec: dict, spec_dir: str) -> str:
+        """The DCS subnet retrained without its Linear_θ Q/K masks (the ablation): the same
+        kept MLP channels in the network of variant 'dcs-arch2' (channel selection of the MLPs
+        only), written beside subnet.json."""
+        path = osp.join(spec_dir, 'subnet_no-theta.json')
+        if not osp.exists(path):
+            spec = dict(spec, variant='dcs-arch2')
+            spec['meta'] = {k: v for k, v in spec.get('meta', {}).items() if k != 'theta_rank'}
+            write_json(path, spec)
+        return path
 
     def _widths_source(self, run: dict) -> Optional[str]:
         """Whose widths the random pruner takes: KCR's searched subnet at the same budget and
@@ -488,17 +510,24 @@ class Runner:
         """ms/image of the pruned classifier over the baseline's (batch 16 at 64×64, 1 thread,
         interleaved rounds, median)."""
         import torch  # lazy import: only when latencies are measured
-        built = {}
-        for name, (config, o) in dict(
-                pruned=(cfg, opts),
-                baseline=(self._baseline_of(cfg), [])).items():
-            c, scope = load_task_config(osp.join(ROOT, config),
-                                        dict(x.split('=', 1) for x in o
-                                             if x.startswith('model.backbone.subnet=')))
-            built[name] = build_model(c.model, scope).eval()
+        built = dict(pruned=self._build(cfg, opts),
+                     baseline=self._build(self._baseline_of(cfg), []))
         x = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
         times = time_models(built, x, warmup=2, repeats=7, threads=1)
         return times['pruned']['ms_per_image'] / times['baseline']['ms_per_image']
+
+    def _build(self, cfg: str, opts: Sequence[str]):
+        c, scope = load_task_config(osp.join(ROOT, cfg), dict(
+            x.split('=', 1) for x in opts if x.startswith('model.backbone.subnet=')))
+        return build_model(c.model, scope).eval()
+
+    def _ratios(self, cfg: str, opts: Sequence[str]) -> dict:
+        """params_ratio and flops_ratio of the pruned classifier to the baseline's (mmengine
+        .analysis at 64×64)."""
+        pruned, base = self._build(cfg, opts), self._build(self._baseline_of(cfg), [])
+        shape = (1, 3, 64, 64)
+        return dict(params_ratio=count_params(pruned) / count_params(base),
+                    flops_ratio=count_flops(pruned, shape) / count_flops(base, shape))
 
     @staticmethod
     def _baseline_of(cfg: str) -> str:
@@ -540,8 +569,9 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
             seeds: Sequence[int], out: str, epochs: int, train_images: int,
             pretrained: bool = False, resource: str = 'flops', data: str = 'data/digits',
             search_epochs: Optional[int] = None, retrain: str = 'default',
-            latency: bool = True, run_one: Optional[Callable[[dict], dict]] = None,
-            log: Callable[[str], None] = print) -> List[dict]:
+            latency: bool = True, theta_masks: bool = True,
+            run_one: Optional[Callable[[dict], dict]] = None,
+            log: Callable[[str], None] = _print) -> List[dict]:
     """The comparison: every run of :func:`plan` not yet in DIR/results.json, then the
     reports."""
     for name, given, known in (('--models', models, MODELS), ('--methods', methods, METHODS)):
@@ -561,12 +591,14 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     # what every row of one results.json shares (both regimes may share it)
     settings = dict(epochs=epochs, train_images=train_images, resource=resource,
                     search_epochs=search_epochs or epochs, retrain=retrain)
+    if not theta_masks:
+        settings['theta_masks'] = False
     os.makedirs(out, exist_ok=True)
     results = Results(osp.join(out, 'results.json'), settings)
     runs = plan(models, methods, budgets, seeds, regime)
     if run_one is None:
         run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,
-                         search_epochs, retrain, latency)
+                         search_epochs, retrain, latency, theta_masks=theta_masks)
     rows = run_grid(runs, results, run_one, log)
     paths = write_reports(out, rows, settings, resource)
     log(f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"

@@ -3,7 +3,8 @@
     python tools/analysis/compare_methods.py --models deit-tiny mobilevit-xs \\
         --methods dcs kcr magnitude uniform random taylor --budgets 0.9 0.7 0.5 \\
         --seeds 0 1 2 [--epochs N] [--train-images N] [--pretrained] [--search-epochs N] \\
-        [--retrain default|ce-only] [--resource flops] [--no-latency] --out DIR
+        [--retrain default|ce-only] [--no-theta-masks] [--resource flops] [--no-latency] \
+        --out DIR
 
 Every method runs on the same schedule: from scratch (default) each pruned network is retrained
 from random weights (only the width allocation differs between the methods, and DCS/KCR's
@@ -48,6 +49,9 @@ def parse_args(argv=None):
     p.add_argument('--retrain', choices=RETRAIN, default='default',
                    help='DCS/KCR retraining: with their regulariser (default) or cross-entropy '
                    'only (the ablation)')
+    p.add_argument('--no-theta-masks', action='store_true',
+                   help='retrain the DCS subnets without their Linear_θ Q/K masks (the same kept '
+                   'MLP channels; the ablation: their FLOPs ratio is counted again)')
     p.add_argument('--resource', choices=RESOURCES, default='flops')
     p.add_argument('--no-latency', action='store_true',
                    help='do not measure the latency ratio of each pruned model')
@@ -64,7 +68,8 @@ def main(argv=None):
         check_output_dir(args.out, '--out')
         compare(args.models, args.methods, args.budgets, args.seeds, args.out, args.epochs,
                 args.train_images, args.pretrained, args.resource, args.data,
-                args.search_epochs, args.retrain, not args.no_latency)
+                args.search_epochs, args.retrain, not args.no_latency,
+                not args.no_theta_masks)
 
 
 if __name__ == '__main__':
