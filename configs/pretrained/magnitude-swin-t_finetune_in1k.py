@@ -1,7 +1,8 @@
 # A pretrained swin-t (timm's ImageNet-1k weights converted with tools/convert/timm_to_mmdcs.py)
 # pruned without a search:
 #   python tools/export_subnet.py configs/_base_/models/swin_swin-t.py \
-#       checkpoints/swin-t_in1k.pth --out DIR --target-flops 0.7 --method magnitude   (or taylor, uniform, random)
+#       checkpoints/swin-t_in1k.pth --out DIR --target-flops 0.7 --method magnitude
+#       (or taylor, uniform, random)
 # then fine-tuned from DIR/pruned.pth with cross-entropy only, on the schedule of the DCS/KCR
 # fine-tuning (30 epochs).
 _base_ = [

@@ -1,7 +1,8 @@
 # A pretrained vit-s16 (timm's ImageNet-1k weights converted with tools/convert/timm_to_mmdcs.py)
 # pruned without a search:
 #   python tools/export_subnet.py configs/_base_/models/vit_vit-s16.py \
-#       checkpoints/vit-s16_in1k.pth --out DIR --target-flops 0.7 --method magnitude   (or taylor, uniform, random)
+#       checkpoints/vit-s16_in1k.pth --out DIR --target-flops 0.7 --method magnitude
+#       (or taylor, uniform, random)
 # then fine-tuned from DIR/pruned.pth with cross-entropy only, on the schedule of the DCS/KCR
 # fine-tuning (30 epochs).
 _base_ = [
