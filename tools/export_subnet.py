@@ -6,7 +6,9 @@ become ``DIR/pruned.pth`` (an mmengine checkpoint of plain data: weights and ``m
     python tools/export_subnet.py CONFIG CHECKPOINT --out DIR [--shape H W]
                                   [--multiple-of 8] [--cfg-options k=v ...] [--no-verify]
                                   [--format pth|safetensors] [--trust-checkpoint] [--force]
-                                  [--target-flops R | --target-params R] [--method magnitude]
+                                  [--target-flops R | --target-params R |
+                                   --target-latency R --latency-table TABLE]
+                                  [--method alpha|magnitude|...] [--measure | --no-measure]
 
 CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
 supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
@@ -26,7 +28,17 @@ supernet config; ``--cfg-options model.backbone.select_hidden=True`` ranks hidde
 channels and hidden units ranked by the L2 norm of their weights (an MLP channel's fc1 column
 and fc2 row; a hidden unit's fc1 row and fc2 column), each relative to its block's / module's
 mean, per unit of cost. subnet.json records the target and the achieved params/FLOPs.
+
+``--target-latency R --latency-table TABLE`` aims at R times the baseline's latency predicted
+by the table (widths in groups of ``--multiple-of``, 8 by default), then times the exported
+model against the baseline on this machine (``--no-measure`` skips it); both ratios go into
+subnet.json with the table's identity. The ranking methods (``--method``) are the scorers of
+``mmdcs.selection.importance``.
+
+This script only parses and prints: the export is one call,
+:func:`mmdcs.apis.export.export_subnet`.
 """
+import json
 import os.path as osp
 import sys
 
@@ -35,11 +47,13 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_int,
-                               positive_size, set_checkpoint_trust, user_errors)
-from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
-                                refuse_overwrite)
-from mmdcs.selection.importance import WIDTH_METHODS
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
+                               positive_int, positive_size, set_checkpoint_trust, user_errors)
+from mmdcs.apis.outputs import add_force_argument
+from mmdcs.selection.importance import SCORERS, widths_of
+
+#: the budgets the tool can aim at: --target-flops, --target-params, --target-latency
+TARGETS = ('flops', 'params', 'latency')
 
 
 def parse_args(argv=None):
@@ -51,26 +65,40 @@ def parse_args(argv=None):
     parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help='input size H [W] for the FLOPs (default: the config\'s input '
                         'size, else the backbone\'s nominal size)')
-    parser.add_argument('--multiple-of', type=positive_int, default=1, metavar='N',
+    parser.add_argument('--multiple-of', type=positive_int, default=None, metavar='N',
                         help='round every kept width D̃ up to a multiple of N (e.g. 8: faster '
-                        'matrix multiplies); the added channels start with zero weights, so the '
-                        'pruned model still gives the supernet\'s output')
+                        'matrix multiplies; default 1, 8 with --target-latency); the added '
+                        'channels start with zero weights, so the pruned model still gives the '
+                        'supernet\'s output')
     parser.add_argument('--no-verify', action='store_true',
                         help='skip the check that the pruned model gives the supernet\'s output')
     budget = parser.add_mutually_exclusive_group()
-    for what in ('flops', 'params'):
+    for what in TARGETS:
         budget.add_argument(f'--target-{what}', type=float, metavar='R',
-                            help=f'export to a budget: R (in (0, 1)) times the baseline\'s {what}')
-    parser.add_argument('--method', choices=('alpha', 'magnitude', 'uniform', 'random', 'taylor'),
-                        default='alpha',
-                        help='rank channels by the searched α (default), or prune a baseline '
-                        'checkpoint (needs a target): by weight magnitude, uniform (the same '
-                        'kept ratio in every block, the largest norms kept), random (seeded '
-                        'random channels at --widths-from\'s widths, else the uniform ones) or '
-                        'taylor (Σ|w·∂L/∂w| per channel over --taylor-batches training batches)')
+                            help=f'export to a budget: R (in (0, 1)) times the baseline\'s {what}'
+                            + (' predicted by --latency-table' if what == 'latency' else ''))
+    parser.add_argument('--latency-table', metavar='TABLE',
+                        help='the latency table (JSON, tools/analysis/latency_table.py) of '
+                        '--target-latency')
+    measure = parser.add_mutually_exclusive_group()
+    measure.add_argument('--measure', dest='measure', action='store_true', default=None,
+                         help='time the exported model against the baseline (interleaved, '
+                         'medians; the default with --target-latency)')
+    measure.add_argument('--no-measure', dest='measure', action='store_false',
+                         help='skip that measurement')
+    parser.add_argument('--measure-rounds', type=positive_int, default=21, metavar='N',
+                        help='interleaved timing rounds of the measurement (default 21)')
+    parser.add_argument('--threads', type=positive_int, default=None, metavar='N',
+                        help='CPU threads of the measurement (default: the latency table\'s, '
+                        'else 1)')
+    parser.add_argument('--method', choices=tuple(SCORERS), default='alpha',
+                        help='how channels are ranked: ' + '; '.join(
+                            f'{s.name}: {s.help}' + (' (a baseline checkpoint; needs a target)'
+                                                      if s.baseline else '')
+                            for s in SCORERS.values()))
     parser.add_argument('--seed', type=int, default=0,
                         help='--method random: the seed of the channels drawn; taylor: of the '
-                        'batches (default: %(default)s)')
+                        'training images (default: %(default)s)')
     parser.add_argument('--widths-from', metavar='SUBNET',
                         help='--method random: keep as many channels per block as this '
                         'subnet.json (e.g. a searched subnet at the same budget)')
@@ -87,268 +115,56 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def _outputs(model, x, classifier):
-    import torch
-    with torch.no_grad():
-        out = model(x, mode='tensor') if classifier else model.backbone(x) if hasattr(
-            model, 'backbone') else model(x)
-    return out if isinstance(out, (tuple, list)) else (out, )
-
-
-def export(args) -> dict:
-    import torch
-
-    import mmdcs
-
-    from mmdcs.analysis.complexity import count_flops, count_params
-    from mmdcs.selection import file_sha256
-    from mmdcs.apis.subnet_io import (backbone_cfg_of, backbone_prefix, block_summary,
-                                       build_model, complexity_lines, config_input_size,
-                                       export_meta, human, load_model_checkpoint,
-                                       load_task_config, pruned_model_state, require_checkpoint,
-                                       require_supernet, save_pruned_checkpoint, shape_arg,
-                                       usage_lines, with_subnet)
-    shape = shape_arg(args.shape)
+def export(args):
+    """Export as the parsed arguments say (:func:`mmdcs.apis.export.export_subnet`); prints the
+    report and returns the :class:`~mmdcs.apis.export.ExportResult`'s dict."""
+    from mmdcs.apis.export import export_subnet, train_batches
+    target = _target(args)
+    latency = target is not None and target[0] == 'latency'
+    table = getattr(args, 'latency_table', None)
+    if latency and not table:
+        raise UserError('--target-latency needs --latency-table TABLE (a latency table of this '
+                        'model on this device: tools/analysis/latency_table.py)')
+    if table and not latency:
+        raise UserError('--latency-table is the table of --target-latency; give '
+                        '--target-latency R')
+    multiple_of = args.multiple_of if args.multiple_of is not None else 8 if latency else 1
+    measure = getattr(args, 'measure', None)
     set_checkpoint_trust(args)
-    if args.multiple_of < 1:
-        raise UserError(f'--multiple-of must be a positive integer, got {args.multiple_of}')
-    subnet_path = osp.join(args.out, 'subnet.json')
-    ckpt_path = osp.join(args.out, f'pruned.{getattr(args, "format", "pth")}')
-    check_output_dir(args.out, '--out')
-    refuse_overwrite((subnet_path, ckpt_path), getattr(args, 'force', False))
-    require_checkpoint(args.config, args.checkpoint)
-    cfg, scope = load_task_config(args.config, args.cfg_options)
-    resource, target = _target(args)
-    magnitude = args.method in ('magnitude', ) + WIDTH_METHODS  # from a baseline checkpoint
-    if magnitude:
-        magnitude_supernet_cfg(cfg.model)
-    model = build_model(cfg.model, scope)
-    backbone = require_supernet(model, args.config)
-    ckpt = (load_baseline_checkpoint if magnitude else load_model_checkpoint)(
-        model, args.checkpoint)
-    model.eval()
-
-    sha = file_sha256(args.checkpoint)
-    if shape is None:
-        shape, source = config_input_size(cfg, backbone)
-    else:
-        source = '--shape'
-    classifier = scope in ('mmpretrain', 'mmdcs') and hasattr(model, 'head')
-    meta = export_meta(args.config, args.checkpoint, sha)
-    costs = None
-    if target is None:
-        spec = backbone.export_subnet(multiple_of=args.multiple_of, **meta)
-        empty = [name for name, m in _prunable(backbone).items()
-                 if not bool((m.select.alpha > 0).any())]
-    else:
-        from mmdcs.analysis.complexity import calibrate_cost
-        from mmdcs.selection.budget import (alpha_scores, budget_subnet, hidden_alpha_scores,
-                                            hidden_magnitude_scores, magnitude_scores)
-        counted = model if classifier else backbone
-        costs = {r: calibrate_cost(counted, r, shape) for r in ('flops', 'params')}
-        if magnitude:  # weight norms, each block's / module's relative to its own mean
-            scores, hidden_scores = (magnitude_scores(backbone),
-                                     hidden_magnitude_scores(backbone))
-        else:
-            scores, hidden_scores = alpha_scores(backbone), hidden_alpha_scores(backbone)
-        if args.method in WIDTH_METHODS:
-            spec = _method_subnet(args, cfg, scope, model, backbone, costs[resource], target,
-                                  scores, hidden_scores, meta)
-        else:
-            # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
-            spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
-                                 scores, costs[resource], target, args.multiple_of,
-                                 hidden_scores=hidden_scores,
-                                 normalize='mean' if magnitude else None, method=args.method,
-                                 **meta)
-        empty = []
-
-    # the whole model with the backbone pruned, then the pruned model built from the spec alone
-    state = pruned_model_state(model, spec, backbone_cfg_of(cfg.model))
-    pruned = build_model(with_subnet(cfg.model, spec.to_dict()), scope)
-    missing, unexpected = pruned.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise UserError(f'internal: the pruned weights do not fit the model built from the '
-                        f'subnet (missing {missing[:5]}, unexpected {unexpected[:5]})')
-    pruned.eval()
-    pruned_backbone = require_pruned(pruned)
-
-    in_channels = _in_channels(backbone)
-    full_shape = (1, in_channels) + tuple(shape)
-    rows = [('backbone, supernet', count_params(backbone), count_flops(backbone, full_shape)),
-            ('backbone, pruned', count_params(pruned_backbone),
-             count_flops(pruned_backbone, full_shape))]
-    if classifier:
-        rows += [('whole model, supernet', count_params(model), count_flops(model, full_shape)),
-                 ('whole model, pruned', count_params(pruned), count_flops(pruned, full_shape))]
-
-    if costs is not None:  # what the budget achieved, measured on the built pruned model
-        counted = rows[3] if classifier else rows[1]
-        spec.meta['budget']['measured'] = {
-            r: dict(baseline=costs[r].baseline, pruned=counted[2 if r == 'flops' else 1],
-                    ratio=counted[2 if r == 'flops' else 1] / costs[r].baseline)
-            for r in ('flops', 'params')}
-        measured = spec.meta['budget']['measured'][resource]['pruned']
-        predicted = spec.meta['budget']['achieved']
-        if abs(measured - predicted) > 1e-6 * max(1., abs(predicted)):
-            raise UserError(f'internal: the built pruned model counts {measured:.0f} '
-                            f'{resource} where the budget\'s count predicts {predicted:.0f}; '
-                            'nothing written (please report this)')
-    max_diff = None
-    if not args.no_verify and costs is None:
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(full_shape, generator=g)
-        ref = _outputs(model, x, classifier)
-        out = _outputs(pruned, x, classifier)
-        max_diff = max(float((a - b).abs().max()) for a, b in zip(ref, out))
-
-    src_meta = ckpt.get('meta', None) or {}
-    meta = dict(
-        mmdcs_version=mmdcs.__version__, subnet=spec.to_dict(),
-        input_shape=list(full_shape),
-        params=dict(backbone_supernet=rows[0][1], backbone_pruned=rows[1][1]),
-        flops=dict(backbone_supernet=rows[0][2], backbone_pruned=rows[1][2]),
-        **{k: v for k, v in spec.meta.items()})
-    if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
-        meta['dataset_meta'] = src_meta['dataset_meta']
-    # both files or neither, never a half-written one (temporary files renamed at the end)
-    with atomic_outputs(subnet_path, ckpt_path, force=getattr(args, 'force', False)) as (
-            subnet_tmp, ckpt_tmp):
-        spec.save(subnet_tmp)
-        save_pruned_checkpoint(ckpt_tmp, state, meta)
-
-    # ------------------------------------------------------------------ report
-    print(f'\nSubnet of {type(backbone).__name__}({spec.arch}, {spec.variant}) from '
-          f'{args.checkpoint} (sha256 {sha[:16]}...)')
-    print(f'kept channels: {sum(b.kept for b in spec.blocks)} of '
-          f'{sum(b.dim for b in spec.blocks)} ({spec.kept_ratio:.1%}) over '
-          f'{len(spec.blocks)} blocks\n')
-    print(block_summary(spec))
-    if empty:
-        print(f'\nWARNING: {len(empty)} block(s) had no α > 0 and keep their largest channel '
-              f'(a block cannot be empty): {", ".join(empty[:6])}'
-              f'{" ..." if len(empty) > 6 else ""}')
-    print(f'\nParams and FLOPs (mmengine.analysis, multiply-accumulates) at input '
-          f'{shape[0]}x{shape[1]} ({source}):\n')
-    print(complexity_lines(rows, full_shape))
-    b0, b1 = rows[0][2], rows[1][2]
-    print(f'\nbackbone FLOPs: {human(b0)} -> {human(b1)} ({(b1 - b0) / max(b0, 1):+.1%}); '
-          f'params: {human(rows[0][1])} -> {human(rows[1][1])} '
-          f'({(rows[1][1] - rows[0][1]) / max(rows[0][1], 1):+.1%})')
-    if costs is not None:
-        m = spec.meta['budget']['measured']
-        print(f'budget ({args.method}): {resource} target {target:g} of the baseline '
-              f'{"classifier" if classifier else "backbone"}; achieved FLOPs '
-              f'{human(m["flops"]["pruned"])} = {m["flops"]["ratio"]:.4f}, params '
-              f'{human(m["params"]["pruned"])} = {m["params"]["ratio"]:.4f} of the baseline '
-              f'({human(m["flops"]["baseline"])} FLOPs, {human(m["params"]["baseline"])} params)')
-    if max_diff is not None:
-        ok = max_diff <= 1e-4 * max(1., max(float(t.abs().max()) for t in ref))
-        what = 'logits' if classifier else 'backbone outputs'
-        print(f'check: pruned vs supernet eval {what}, max |diff| = {max_diff:.3g} '
-              f'({"equal" if ok else "NOT EQUAL"})')
-        if not ok and not empty:
-            print('WARNING: the pruned model does not reproduce the supernet; please report '
-                  'this', file=sys.stderr)
-    print(f'\nwrote {subnet_path}\nwrote {ckpt_path}\n')
-    print('\n'.join(usage_lines(args.config, args.out, spec.variant,
-                                backbone_prefix(model) or '', osp.basename(ckpt_path))))
-    return dict(spec=spec, rows=rows, max_diff=max_diff, subnet=subnet_path, checkpoint=ckpt_path)
-
-
-def _method_subnet(args, cfg, scope, model, backbone, cost, target, norms, hidden_norms, meta):
-    """The subnet of --method uniform / random / taylor (mmdcs.selection.importance)."""
-    import json
-
-    import torch.nn.functional as F
-
-    from mmdcs.apis.loading import dataset_batches
-    from mmdcs.selection.importance import method_subnet, taylor_scores, widths_of
-    widths = taylor = None
-    if args.widths_from:
+    options = dict(seed=getattr(args, 'seed', 0))
+    widths_from = getattr(args, 'widths_from', None)
+    if widths_from:
         if args.method != 'random':
             raise UserError('--widths-from is for --method random')
         try:
-            with open(args.widths_from) as f:
-                widths = widths_of(json.load(f))
-        except (OSError, ValueError) as e:
-            raise UserError(f'--widths-from {args.widths_from}: {e}') from e
-    if args.method == 'taylor':
-        if not hasattr(model, 'head'):
-            raise UserError('--method taylor needs a classifier config (its loss on the '
-                            'training data)')
-        n = args.taylor_batches
-        batches = dataset_batches(cfg, model, scope, 'train', max_images=32 * n,
-                                  batch_size=32, seed=args.seed)
-        taylor = taylor_scores(backbone, batches,
-                               lambda b: F.cross_entropy(model(b[0], mode='tensor'), b[1]),
-                               params=model.parameters())
-    return method_subnet(args.method, backbone, backbone.family, backbone.arch, backbone.variant,
-                         cost, target, args.multiple_of, magnitude=norms,
-                         hidden_magnitude=hidden_norms, taylor=taylor, widths=widths,
-                         seed=args.seed, **meta)
+            with open(widths_from) as f:
+                options['widths'] = widths_of(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UserError(f'--widths-from {widths_from}: not a readable subnet.json ({e})')
+    result = export_subnet(
+        args.config, args.checkpoint, args.out, method=args.method, target=target,
+        cost_options=dict(latency_table=table) if latency else None,
+        multiple_of=multiple_of, shape=args.shape, cfg_options=args.cfg_options,
+        verify=not args.no_verify, fmt=getattr(args, 'format', 'pth'),
+        force=getattr(args, 'force', False), measure=latency if measure is None else measure,
+        measure_options=dict(repeats=getattr(args, 'measure_rounds', 21),
+                             threads=getattr(args, 'threads', None)),
+        batches=train_batches(getattr(args, 'taylor_batches', 4), seed=options['seed']),
+        scorer_options=options)
+    for line in result.lines:
+        print(line)
+    for line in result.warnings:
+        print(line, file=sys.stderr)
+    return result.as_dict()
 
 
 def _target(args):
-    """(resource, ratio) of --target-flops / --target-params, or (None, None)."""
-    for resource in ('flops', 'params'):
-        value = getattr(args, f'target_{resource}')
+    """(resource, ratio) of --target-flops / --target-params / --target-latency, or None."""
+    for resource in TARGETS:
+        value = getattr(args, f'target_{resource}', None)
         if value is not None:
             return resource, value
-    if args.method != 'alpha':
-        raise UserError(f'--method {args.method} needs a budget: --target-flops R or '
-                        '--target-params R')
-    return None, None
-
-
-def magnitude_supernet_cfg(model_cfg) -> None:
-    """For the magnitude pruner: a baseline backbone config becomes the supernet with MLP
-    channel selection only (variant 'dcs-arch2': the baseline's layers and names, plus α),
-    so that a baseline checkpoint loads into it and its subnet is built as usual."""
-    from mmdcs.apis.subnet_io import backbone_cfg_of
-    b = backbone_cfg_of(model_cfg)
-    if b.get('variant', 'baseline') in (None, 'baseline'):
-        b['variant'] = 'dcs-arch2'
-    b.pop('subnet', None)
-    if isinstance(model_cfg, dict) and 'cost' in model_cfg:
-        model_cfg.pop('cost')
-
-
-def load_baseline_checkpoint(model, checkpoint):
-    """Load a baseline (or supernet) checkpoint into a supernet: the selection parameters a
-    baseline cannot have (α, Linear_θ, τ) may be missing; nothing else."""
-    from mmengine.runner.checkpoint import _load_checkpoint
-    ckpt = _load_checkpoint(checkpoint, map_location='cpu')
-    state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
-    state = {k[7:] if k.startswith('module.') else k: v for k, v in state.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    selection = ('.qk_select.', '.select.', '.hidden_select.', 'gate.tau')
-    missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
-    if missing or unexpected:
-        raise UserError(f'{checkpoint} does not fit the config\'s model: missing keys '
-                        f'{missing[:5]}, unexpected keys {unexpected[:5]}')
-    return ckpt if isinstance(ckpt, dict) else {}
-
-
-def _prunable(backbone):
-    from mmdcs.selection import prunable_modules
-    return prunable_modules(backbone)
-
-
-def _in_channels(backbone) -> int:
-    import torch.nn as nn
-    for m in backbone.modules():
-        if isinstance(m, nn.Conv2d):
-            return m.in_channels
-    return 3
-
-
-def require_pruned(model):
-    from mmdcs.apis.subnet_io import mmdcs_backbone
-    b = mmdcs_backbone(model)
-    if b is None or b.subnet_spec is None:
-        raise UserError('internal: the model built from the subnet has no pruned mmdcs backbone')
-    return b
+    return None
 
 
 def main(argv=None):

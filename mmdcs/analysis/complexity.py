@@ -27,6 +27,7 @@ from mmdcs.models.backbones import SelectableBackbone
 from mmdcs.models.counting import (Size, _takes_mode, calibrate_cost,  # noqa: F401
                                    count_flops, count_params, flop_analysis, sdpa_flop_jit)
 from mmdcs.selection import SubnetSpec, hidden_selectors, prunable_modules
+from mmdcs.selection.budget import build_cost
 
 #: The papers' own numbers (method.md §9): (arch, variant) → whole classifier at the paper's input
 #: size (224; 256 for MobileViT). params in M, FLOPs in G, as printed in the papers.
@@ -176,9 +177,9 @@ def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
 
     One kept ratio r for every prunable block's D̃ (``prune_channels``) and, with
     ``select_hidden``, every hidden width H̃ (widths rounded up to ``multiple_of``); r is the
-    ratio whose FLOPs are nearest to the target, found with the supernet's exact cost model
-    (``cost_model('flops')``: the layers that depend on D̃ / H̃) plus the rest of the network
-    counted once by mmengine at the nominal input size. The channels themselves are a seeded
+    ratio whose FLOPs are nearest to the target, found with the budget's exact count of the
+    supernet (the resource ``'flops'``: :func:`~mmdcs.models.counting.calibrate_cost`, measured
+    by mmengine at the nominal input size; the baseline is the network without selection). The channels themselves are a seeded
     random choice (latency and size depend only on the widths). ``meta`` records the target, r
     and the predicted ratio; a target below the network's floor (r → 0) gives the floor, with
     ``meta.budget_reached = False``.
@@ -189,27 +190,21 @@ def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
         raise ValueError('nothing to prune: give select_hidden or prune_channels')
     cls = _resolve_class(backbone_cls)
     sup = cls(arch=arch, variant=variant, select_hidden=select_hidden, **backbone_kwargs).eval()
-    base = cls(arch=arch, variant='baseline', **backbone_kwargs).eval()
     size = nominal_input_size(sup)
-    base_flops = count_flops(base, size)
+    # the one calibration of a budget (the exact count, baseline = no selection)
+    cost = build_cost('flops', sup, size)
     terms = sup.cost_terms()
     dims = [t.selector.dim if t.selector is not None else 0 for t in terms]
-    hdims = [int(t.hidden.dim) if t.hidden is not None else None for t in terms]
 
-    def cost(r: float) -> float:
-        total = 0.
-        for t, d, h in zip(terms, dims, hdims):
-            dk = _width(d, r, multiple_of) if prune_channels and d else d
-            hk = torch.tensor(float(_width(h, r, multiple_of))) if h is not None else None
-            total += float(t.flops(torch.tensor(float(dk)), hk))
-        return total
+    def widths(r: float):
+        return ({n: _width(d, r, multiple_of) if prune_channels else d
+                 for n, d in cost.dims.items()},
+                {k: _width(h, r, multiple_of) for k, h in cost.hidden_dims.items()})
 
-    # everything that does not depend on the widths (Linear_θ of DCS included)
-    const = count_flops(sup, size) - cost(1.0)
     best = None
     for i in range(1000, 0, -2):
         r = i / 1000
-        ratio = (cost(r) + const) / base_flops
+        ratio = cost.ratio(cost.at(*widths(r)))
         if best is None or abs(ratio - target) < abs(best[1] - target):
             best = (r, ratio)
     r, ratio = best

@@ -6,6 +6,8 @@ mmdcs imports it).
   bad input);
 * :mod:`.subnet_io` — building a config's model, finding its mmdcs backbone, input sizes,
   pruning a whole model's state dict to a subnet, the pruned checkpoint, printed summaries;
+* :mod:`.export` — the export of a subnet (to a budget or not) as one call,
+  :func:`~.export.export_subnet` (``tools/export_subnet.py``, the demo);
 * :mod:`.deploy` — ONNX export of any model of a config, the onnxruntime parity check, the
   graph's MACs, and the evaluation of exported detectors / segmentors (``tools/deployment``).
 """

@@ -1,7 +1,7 @@
-"""What ``tools/export_subnet.py``, ``tools/ofb_export.py``, ``tools/analysis/complexity.py`` and
-their tests share: building a config's model, finding its mmdcs backbone, the input size of a
-config (or of a ``--shape`` option), pruning a whole model's state dict to a subnet, the pruned
-checkpoint, and the printed summaries.
+"""What the export (:mod:`mmdcs.apis.export`), ``tools/ofb_export.py``,
+``tools/analysis/complexity.py`` and their tests share: building a config's model, finding its
+mmdcs backbone, the input size of a config (or of a ``--shape`` option), pruning a whole model's
+state dict to a subnet, the pruned checkpoint, and the printed summaries.
 
 Only mmengine config and model-building pieces are imported (no runner).
 """

@@ -12,14 +12,18 @@ explicit-matmul form and the fused form count the same.
 * :func:`count_params`, :func:`count_flops` — of any module (a backbone, or a whole mmengine
   model such as an mmpretrain ``ImageClassifier``, traced in ``'tensor'`` mode).
 * :func:`calibrate_cost` — a supernet's pruned networks' count as ``const + Σ_j coef_j·D̃_j``
-  (what the search's budget and the export to a budget use).
+  (what the search's budget and the export to a budget use; registered as the budget
+  resources ``'flops'`` and ``'params'``, :func:`mmdcs.selection.budget.build_cost`). The
+  only calibration of a budget in mmdcs.
 
 These live with the models (the classifier calibrates its budget when it is built);
 :mod:`mmdcs.analysis.complexity` builds the tables on them.
 """
 import copy
 import inspect
+import json
 import math
+import os.path as osp
 import warnings
 from typing import Dict, Optional, Sequence, Tuple, Union
 
@@ -30,7 +34,9 @@ from mmengine.analysis.jit_handles import get_shape
 
 from mmdcs.selection import (BlockSelection, QKChannelSelector, SubnetSpec, apply_subnet_,
                              hidden_selectors, prunable_modules)
-from mmdcs.selection.budget import RESOURCES, LinearCost
+from mmdcs.selection.budget import RESOURCES, BudgetError, LinearCost, register_resource
+from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
+from mmdcs.selection.subnet import file_sha256
 from mmdcs.selection.selectors import ChannelSelector
 
 Size = Tuple[int, int]
@@ -371,3 +377,58 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
                                f'{type(backbone).__name__} is {pred:.0f} where the probe counts '
                                f'{total:.0f}')
     return cost
+
+
+def _exact_count(resource: str):
+    def build(model: nn.Module, input_size: Optional[Size] = None) -> LinearCost:
+        return calibrate_cost(model, resource, input_size)
+    build.__doc__ = f'The exact {resource} count (:func:`calibrate_cost`).'
+    return build
+
+
+# the exact counts are the budget resources 'flops' and 'params' (mmdcs.selection.budget's
+# registry; the search, the export and the analysis tools build them by name)
+register_resource('flops', _exact_count('flops'),
+                  help='multiply-accumulates, counted by mmengine.analysis')
+register_resource('params', _exact_count('params'), help='parameters')
+
+
+def read_latency_table(path: str) -> dict:
+    """A latency table file (JSON: nothing in it runs), as a dict; one
+    :class:`~mmdcs.selection.latency_cost.LatencyTableError` line naming the file when it is
+    missing, corrupt or truncated (its content is checked by
+    :class:`~mmdcs.selection.latency_cost.LatencyCost`)."""
+    if not osp.isfile(str(path)):
+        raise LatencyTableError(f'latency table not found: {path}')
+    try:
+        with open(path, encoding='utf-8') as f:
+            return json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LatencyTableError(f'{path}: not a valid latency table (corrupt or truncated JSON: '
+                                f'{e})') from e
+
+
+def latency_cost(model: nn.Module, input_size: Optional[Size] = None,
+                 latency_table: Optional[str] = None) -> LatencyCost:
+    """The budget resource ``'latency'``: the latency predicted by the table at
+    ``latency_table`` (``tools/analysis/latency_table.py``) for the mmdcs backbone of ``model``
+    at ``input_size``; a table measured for another arch, variant, selection options, input size
+    or units is one :class:`~mmdcs.selection.latency_cost.LatencyTableError` line. ``meta``
+    records the table's identity (where and how it was measured, its path and sha256)."""
+    if not latency_table:
+        raise BudgetError('a latency target needs a latency table: latency_table=PATH (one is '
+                          'built by tools/analysis/latency_table.py on the target device)')
+    table = read_latency_table(latency_table)
+    backbone = model if hasattr(model, 'cost_terms') else getattr(model, 'backbone', model)
+    try:
+        cost = LatencyCost.from_table(table, backbone, input_size)
+    except LatencyTableError as e:
+        raise LatencyTableError(f'{latency_table}: {e}') from e
+    cost.meta = dict(cost.meta, table=osp.abspath(latency_table),
+                     table_sha256=file_sha256(latency_table),
+                     input_size=list(cost.input_size) if cost.input_size else None)
+    return cost
+
+
+register_resource('latency', latency_cost, options=('latency_table', ),
+                  help='milliseconds predicted by a latency table measured on the device')

@@ -17,12 +17,20 @@ network's, that the search and the export meet.
   each hidden unit's (an fc1 row and fc2 column; an expanded channel of a conv FFN).
 * :func:`budget_subnet` — a :class:`SubnetSpec` at a budget from any of these scores.
 
+* :class:`ResourceCost` — the one interface of a budget's cost (FLOPs, parameters, latency):
+  what the search, its projection, the export and the analysis tools ask of it;
+  :class:`LinearCost` is the exact count (FLOPs, parameters); a latency table is another
+  implementation. :func:`register_resource` / :func:`build_cost` — the resources by name (the
+  ``flops`` and ``params`` builders are registered by ``mmdcs.models.counting``, where the
+  calibration lives).
+
 Framework-free: plain PyTorch.
 """
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Hashable, List, Optional, Tuple
+from typing import (Any, Callable, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple,
+                    runtime_checkable)
 
 import torch
 import torch.nn as nn
@@ -45,9 +53,120 @@ class BudgetError(ValueError):
     the floor and the ceiling."""
 
 
+Unit = Tuple[str, str]
+
+
+@runtime_checkable
+class ResourceCost(Protocol):
+    """What a resource (FLOPs, parameters, latency) costs as a function of the kept widths of a
+    supernet's prunable units: the one interface every budget consumer uses (the search's
+    multiplier and projection, ``mmdcs.selection.budget_search``; the export,
+    :func:`budget_subnet`; the analysis tools).
+
+    A *unit* is ``(CHANNELS, block)`` (a block's D̃ channels) or ``(HIDDEN, path)`` (a
+    hidden-selected module's H̃ hidden units); ``dims`` / ``hidden_dims`` give their full widths.
+    Counts are in the resource's own unit (multiply-accumulates, parameters, milliseconds);
+    a target is a ratio of ``baseline``. Implementations: :class:`LinearCost` (exact, linear
+    in each width), ``mmdcs.selection.latency_cost.LatencyCost`` (a measured table:
+    const + Σ interpolated unit times).
+    """
+    #: the resource's name (``'flops'``, ``'params'``, ``'latency'``)
+    resource: str
+    #: the baseline network's count (no selection at all, same input size): what a ratio
+    #: multiplies
+    baseline: float
+    #: block name → D; hidden selector path → H
+    dims: Dict[str, int]
+    hidden_dims: Dict[str, int]
+    #: (H, W) the cost was made for (None: not size-dependent)
+    input_size: Optional[tuple]
+    #: facts about the cost; for a measured one (not an exact count) the export records them
+    #: (e.g. a latency table's identity: device, threads, batch, file and sha256)
+    meta: dict
+
+    def at(self, kept: Dict[str, float],
+           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+        """The count with ``kept[block]`` channels and ``hidden_kept[path]`` hidden units
+        (missing hidden widths: full)."""
+
+    def unit_dims(self) -> Dict[Unit, int]:
+        """Every unit → its full width."""
+
+    def count(self, widths: Dict[Unit, float]) -> float:
+        """The count at the units' widths (missing: full width)."""
+
+    def marginal(self, unit: Unit, widths: Dict[Unit, float]) -> float:
+        """What one element of ``unit`` costs at ``widths`` (≥ 0; the greedy ranks by score per
+        unit of it)."""
+
+    def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
+                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+        """The differentiable expected count of the stochastic supernet (a scalar with
+        gradients to every α, and β of ``hidden``)."""
+
+    @property
+    def ceiling(self) -> float:
+        """The count with every unit at full width."""
+
+    @property
+    def floor(self) -> float:
+        """The count with one element kept in every unit."""
+
+    def floor_at(self, multiple_of: int = 1) -> float:
+        """The count with one group of ``multiple_of`` kept in every unit."""
+
+    def ratio(self, count: float) -> float:
+        """``count`` as a ratio of the baseline."""
+
+    def check_target(self, ratio: Any, name: str, multiple_of: int = 1) -> float:
+        """The absolute budget of a target ratio; :class:`BudgetError` (one line naming the
+        target, the floor and the ceiling) unless floor < ratio < ceiling."""
+
+
+#: resource name → (builder(model, input_size=None, **options) → ResourceCost, option names,
+#: help)
+_RESOURCES: Dict[str, Tuple[Callable[..., ResourceCost], Tuple[str, ...], str]] = {}
+
+
+def register_resource(name: str, builder: Callable[..., ResourceCost],
+                      options: Sequence[str] = (), help: str = '') -> None:
+    """Make ``name`` a budget resource: ``builder(model, input_size=None, **options)`` returns
+    its :class:`ResourceCost` for ``model`` (a classifier or a supernet backbone); ``options``
+    are the keyword arguments it takes from a config's ``model.cost`` (e.g.
+    ``latency_table``). Registering a name again replaces it."""
+    _RESOURCES[name] = (builder, tuple(options), help)
+
+
+def resource_names() -> Tuple[str, ...]:
+    """The registered budget resources (``flops`` and ``params`` once ``mmdcs.models`` is
+    imported; ``latency`` where a latency cost is available)."""
+    return tuple(_RESOURCES)
+
+
+def resource_options(name: str) -> Tuple[str, ...]:
+    """The options a resource's builder takes."""
+    return _RESOURCES[name][1] if name in _RESOURCES else ()
+
+
+def build_cost(resource: str, model: nn.Module, input_size: Optional[tuple] = None,
+               **options) -> ResourceCost:
+    """The :class:`ResourceCost` of ``resource`` for ``model``; :class:`BudgetError` (one line)
+    for an unknown resource or an option it does not take."""
+    if resource not in _RESOURCES:
+        known = ', '.join(_RESOURCES) or 'none registered'
+        raise BudgetError(f'{resource!r} is not a budget resource here (known: {known})')
+    builder, names, _ = _RESOURCES[resource]
+    extra = sorted(set(options) - set(names))
+    if extra:
+        raise BudgetError(f'the {resource} budget takes no option {", ".join(extra)}'
+                          + (f' (it takes {", ".join(names)})' if names else ''))
+    return builder(model, input_size, **options)
+
+
 @dataclass
 class LinearCost:
-    """The exact count of the pruned networks of a supernet: ``const + Σ_j coef[j]·D̃_j``.
+    """The exact count of the pruned networks of a supernet: ``const + Σ_j coef[j]·D̃_j``
+    (+ the bilinear and hidden terms below); a :class:`ResourceCost`.
 
     Args:
         resource: ``'flops'`` or ``'params'``.
@@ -366,7 +485,7 @@ def _paired(u, v, marginal, widths) -> bool:
 
 
 def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
-                   cost: LinearCost, budget: float, multiple_of: int = 1,
+                   cost: ResourceCost, budget: float, multiple_of: int = 1,
                    normalize: Optional[str] = None, tolerance: Optional[float] = None
                    ) -> Tuple[Dict[str, List[int]], Dict[str, List[int]]]:
     """(kept channels per block, kept hidden units per hidden-selected module) at ``budget``:
@@ -386,7 +505,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
             {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
 
 
-def select_to_budget(scores: Dict[str, Tensor], cost: LinearCost, budget: float,
+def select_to_budget(scores: Dict[str, Tensor], cost: ResourceCost, budget: float,
                      multiple_of: int = 1) -> Dict[str, List[int]]:
     """Kept channels of every block so that ``cost`` is as close to ``budget`` as the greedy
     allows, from below (hidden widths, if any, at full width): :func:`select_jointly` without
@@ -448,7 +567,7 @@ def hidden_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
 
 
 def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
-                  scores: Dict[str, Tensor], cost: LinearCost, target: float,
+                  scores: Dict[str, Tensor], cost: ResourceCost, target: float,
                   multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
                   normalize: Optional[str] = None, **meta) -> SubnetSpec:
     """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count).
@@ -486,6 +605,10 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                               k in cost.hidden_dims for k in hidden_scores or {}) else 'channels')
     if normalize:
         meta['budget']['normalize'] = normalize
+    if cost.resource not in RESOURCES and getattr(cost, 'meta', None):
+        # what a measured cost was made from (a latency table: device, threads, batch, file)
+        meta['budget']['cost'] = {k: v for k, v in cost.meta.items()
+                                  if v is None or isinstance(v, (str, int, float, bool, list))}
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
     return SubnetSpec(family, arch, variant, blocks, meta, hidden)

@@ -14,36 +14,25 @@ The search with ``cost.target`` constrains the *expected* count of the stochasti
   ranked one. The deployed network is then within one unit's cost below the budget, whatever the
   search's dynamics did, and whatever its length.
 
-The cost is any object with the interface of :class:`BudgetCost` (``mmdcs.selection.budget.
-LinearCost`` today: exact FLOPs or parameters; a latency table can be another implementation):
-the ranking only asks for the count at given widths (and uses the linear/bilinear structure of a
-``LinearCost`` for speed when it is one).
+The cost is any :class:`~mmdcs.selection.budget.ResourceCost` (``LinearCost``: exact FLOPs or
+parameters; ``LatencyCost``: a latency table): the ranking asks for the count at given widths
+and the marginal cost of a unit (an object with ``at()`` alone is served by finite
+differences).
 
 Framework-free: plain PyTorch.
 """
 import math
-from typing import Dict, Optional, Protocol, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from .budget import CHANNELS, HIDDEN, select_units_to_budget
+from .budget import CHANNELS, HIDDEN, ResourceCost, select_units_to_budget
 
 
-class BudgetCost(Protocol):
-    """What the search and its projection need of a budget's cost model."""
-    #: the baseline network's count (what a target ratio multiplies)
-    baseline: float
-    #: block name → D (channels); hidden selector path → H (hidden units)
-    dims: Dict[str, int]
-    hidden_dims: Dict[str, int]
-
-    def at(self, kept: Dict[str, float],
-           hidden_kept: Optional[Dict[str, float]] = None) -> float:
-        """The count of the network with these widths."""
-
-    def expected(self, selectors, expectation: str = 'gate', hidden=None) -> Tensor:
-        """The differentiable expected count of the stochastic supernet."""
+#: what the search and its projection need of a budget's cost model: the one interface of
+#: :class:`~mmdcs.selection.budget.ResourceCost` (kept under its former name)
+BudgetCost = ResourceCost
 
 
 def scheduled_ratio(target: float, start: float, progress: Optional[float],

@@ -1,35 +1,130 @@
-"""The export's other pruners (method.md §11): baselines that a searched subnet is compared with
-at the same budget (``tools/analysis/compare_methods.py``).
+"""Ranking methods of the export to a budget (method.md §11, docs/budgets.md): a small registry
+of *scorers*, each a name → a function giving every prunable channel and hidden unit a score.
 
-* ``'uniform'`` — :func:`uniform_widths`: the same kept ratio in every block (and every
-  hidden-selected module), widths rounded, the largest ratio whose exact count meets the budget;
-  inside a block the channels of largest score (e.g. weight norm) are kept.
-* ``'random'`` — :func:`random_scores`: seeded random channels at given widths (e.g. the
-  searched widths of another subnet, :func:`widths_of`), or at the uniform widths.
-* ``'taylor'`` — :func:`taylor_scores`: first-order Taylor importance, ``Σ |w·∂L/∂w|`` over the
-  weights of each channel / hidden unit (the same weights as its magnitude score: an MLP
-  channel's fc1 column and fc2 row), the gradients accumulated over a few batches
-  (Torch-Pruning's ``TaylorImportance``); normalised per block like the magnitude score.
+A scorer is ``fn(backbone, **ctx) -> (channel_scores, hidden_scores)``:
 
-:func:`widths_subnet` turns widths and scores into a :class:`SubnetSpec` with the budget's
-record, as :func:`~mmdcs.selection.budget.budget_subnet` does for a joint ranking.
+* ``backbone`` — the supernet backbone (channel selectors on every prunable block, hidden
+  selectors with ``select_hidden``), holding the checkpoint's weights;
+* ``ctx`` — keyword context: always ``model`` (the whole model, e.g. the classifier, for
+  scorers that run a forward pass); ``batches`` (an iterable of data batches, or a callable
+  returning one) for a scorer registered with ``needs_data=True``; ignore what you do not use
+  (take ``**ctx``);
+* returns ``channel_scores``: block name (:func:`~mmdcs.selection.prunable_modules`) → one
+  score per channel, higher is kept first; ``hidden_scores``: hidden selector path
+  (:func:`~mmdcs.selection.hidden_selectors`) → one score per hidden unit (``{}`` when the
+  backbone has no hidden selection).
+
+Registration records how the export treats the scores:
+
+* ``normalize`` — :func:`~mmdcs.selection.budget.normalize_scores` before the joint ranking
+  (``'mean'``: each block's / module's scores relative to their mean, for scores on
+  different scales such as weight norms; ``None`` for probabilities);
+* ``baseline`` — the scorer reads a plain *baseline* checkpoint (the export turns the config's
+  backbone into the MLP-channel-selection supernet ``dcs-arch2`` with its α unset, loads the
+  baseline's weights into it and needs a budget); ``False``: a searched supernet checkpoint;
+* ``needs_data`` — the export passes ``batches`` (e.g. a Taylor scorer's gradients).
+
+* ``widths`` — a scorer that fixes the kept widths itself (``widths(cost, budget, multiple_of,
+  **ctx) -> (kept channels per block, kept hidden units per module)``); its scores then only
+  order the channels inside each block (:func:`widths_subnet`) instead of being ranked jointly.
+
+Registered: ``'alpha'`` (σ(α), σ(β): the search's probabilities), ``'magnitude'`` (L2 norms of
+each channel's and hidden unit's weights, the standard criterion), ``'taylor'`` (first-order
+Taylor importance ``Σ |w·∂L/∂w|`` over the same weights, the gradients accumulated over a few
+batches: Torch-Pruning's TaylorImportance; normalised per block like magnitude), ``'uniform'``
+(the same kept ratio in every block, the largest meeting the budget; the largest weight norms
+kept) and ``'random'`` (seeded random channels, ``ctx['seed']``, at given widths,
+``ctx['widths']``, e.g. a searched subnet's; else the uniform widths): the baselines a searched
+subnet is compared with (``tools/analysis/compare_methods.py``). Add one with::
+
+    @register_scorer('taylor', normalize='mean', baseline=True, needs_data=True)
+    def taylor_scores(backbone, *, model, batches, **ctx):
+        ...
+        return channel_scores, hidden_scores
 
 Framework-free: plain PyTorch.
 """
-import math
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
-from .budget import BudgetError, LinearCost, budget_subnet, human
+from .budget import (NORMALIZATIONS, BudgetError, alpha_scores, hidden_alpha_scores,
+                     hidden_magnitude_scores, human, magnitude_scores)
 from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
                      prunable_modules)
 
-#: the pruners of this module (the export's ``--method``)
-WIDTH_METHODS = ('uniform', 'random', 'taylor')
+Scores = Tuple[Dict[str, Tensor], Dict[str, Tensor]]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A registered ranking method (see the module's documentation)."""
+    name: str
+    fn: Callable[..., Scores]
+    normalize: Optional[str] = None
+    baseline: bool = False
+    needs_data: bool = False
+    help: str = ''
+    widths: Optional[Callable[..., Tuple[Dict[str, int], Dict[str, int]]]] = None
+
+    def __call__(self, backbone: nn.Module, **ctx) -> Scores:
+        channel, hidden = self.fn(backbone, **ctx)
+        return dict(channel), dict(hidden or {})
+
+
+#: name → :class:`Scorer`, in registration order
+SCORERS: Dict[str, Scorer] = {}
+
+
+def register_scorer(name: str, *, normalize: Optional[str] = None, baseline: bool = False,
+                    needs_data: bool = False, help: str = '', force: bool = False,
+                    widths: Optional[Callable] = None):
+    """Decorator: register ``fn(backbone, **ctx) -> (channel_scores, hidden_scores)`` under
+    ``name`` (ValueError if taken, unless ``force``); ``widths``: the scorer fixes the widths
+    (see the module's documentation)."""
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f'normalize must be one of {NORMALIZATIONS}, got {normalize!r}')
+
+    def wrap(fn):
+        if name in SCORERS and not force:
+            raise ValueError(f'a scorer named {name!r} is registered already')
+        SCORERS[name] = Scorer(name, fn, normalize, bool(baseline), bool(needs_data),
+                               help or (fn.__doc__ or '').strip().split('\n')[0], widths)
+        return fn
+
+    return wrap
+
+
+def scorer_names() -> Tuple[str, ...]:
+    """The registered scorers' names (the export's ``--method`` choices)."""
+    return tuple(SCORERS)
+
+
+def get_scorer(name: str) -> Scorer:
+    """The scorer registered as ``name``; KeyError naming the known ones otherwise."""
+    try:
+        return SCORERS[name]
+    except KeyError:
+        raise KeyError(f'unknown ranking method {name!r}; known: '
+                       f'{", ".join(SCORERS)}') from None
+
+
+@register_scorer('alpha', help='the searched probabilities σ(α) and σ(β)')
+def searched_scores(backbone: nn.Module, **ctx) -> Scores:
+    """σ(α) of every channel and σ(β) of every hidden unit: the search's probabilities."""
+    return alpha_scores(backbone), hidden_alpha_scores(backbone)
+
+
+@register_scorer('magnitude', normalize='mean', baseline=True,
+                 help='L2 norms of the weights, relative to their block\'s / module\'s mean')
+def weight_norm_scores(backbone: nn.Module, **ctx) -> Scores:
+    """The L2 norm of every channel's and hidden unit's weights (the magnitude pruner)."""
+    return magnitude_scores(backbone), hidden_magnitude_scores(backbone)
 
 
 def _rounded(ratio: float, dim: int, multiple_of: int) -> int:
@@ -40,7 +135,7 @@ def _rounded(ratio: float, dim: int, multiple_of: int) -> int:
     return max(min(m, dim), min(dim, w))
 
 
-def uniform_widths(cost: LinearCost, budget: float, multiple_of: int = 1,
+def uniform_widths(cost, budget: float, multiple_of: int = 1,
                    steps: int = 60) -> Tuple[Dict[str, int], Dict[str, int], float]:
     """(kept channels per block, kept hidden units per hidden-selected module, ratio): the
     largest ratio r (bisection on [0, 1]) whose widths ``round(r·D)`` (multiples of
@@ -154,7 +249,7 @@ def _top(scores: Optional[Tensor], dim: int, width: int) -> List[int]:
     return sorted(s.argsort(descending=True, stable=True)[:width].tolist())
 
 
-def widths_subnet(model: nn.Module, family: str, arch: str, variant: str, cost: LinearCost,
+def widths_subnet(model: nn.Module, family: str, arch: str, variant: str, cost,
                   target: float, kept: Dict[str, int],
                   hidden_kept: Optional[Dict[str, int]] = None,
                   scores: Optional[Dict[str, Tensor]] = None,
@@ -203,45 +298,49 @@ def widths_subnet(model: nn.Module, family: str, arch: str, variant: str, cost: 
     return SubnetSpec(family, arch, variant, blocks, meta, hidden)
 
 
-def method_subnet(method: str, model: nn.Module, family: str, arch: str, variant: str,
-                  cost: LinearCost, target: float, multiple_of: int = 1,
-                  magnitude: Optional[Dict[str, Tensor]] = None,
-                  hidden_magnitude: Optional[Dict[str, Tensor]] = None,
-                  taylor: Optional[Tuple[Dict[str, Tensor], Dict[str, Tensor]]] = None,
-                  widths: Optional[Tuple[Dict[str, int], Dict[str, int]]] = None,
-                  seed: int = 0, **meta) -> SubnetSpec:
-    """The subnet of one of :data:`WIDTH_METHODS` at ``target``:
+# ----------------------------------------------------------------------------- the pruners
+def _classifier_loss(model: nn.Module, batch) -> Tensor:
+    """Cross-entropy of a classifier (``model(x, mode='tensor')`` gives logits, as mmpretrain's)
+    on an ``(inputs, labels)`` batch."""
+    x, y = batch
+    return F.cross_entropy(model(x, mode='tensor'), y)
 
-    * ``'uniform'``: :func:`uniform_widths`, the channels of largest ``magnitude`` (weight norm)
-      kept in each block (the first ones without);
-    * ``'random'``: ``widths`` (e.g. :func:`widths_of` another subnet; default the uniform
-      widths), the channels drawn by :func:`random_scores` with ``seed``;
-    * ``'taylor'``: the ``taylor`` scores (:func:`taylor_scores`) ranked jointly per unit of
-      cost, each block's relative to its mean (the magnitude pruner's greedy).
-    """
-    if method not in WIDTH_METHODS:
-        raise ValueError(f'method must be one of {WIDTH_METHODS}, got {method!r}')
-    meta.pop('method', None)
-    if method == 'taylor':
-        if taylor is None:
-            raise ValueError("method 'taylor' needs the taylor scores")
-        channels, hidden = taylor
-        return budget_subnet(model, family, arch, variant, channels, cost, target, multiple_of,
-                             hidden_scores=hidden, normalize='mean', method='taylor', **meta)
-    budget = cost.check_target(target, f'--target-{cost.resource}', multiple_of)
-    ratio = None
-    if method == 'random' and widths is not None:
-        kept, hidden_kept = widths
-    else:
-        kept, hidden_kept, ratio = uniform_widths(cost, budget, multiple_of)
-    if method == 'random':
-        scores = random_scores(cost.dims, seed)
-        hidden_scores = random_scores(cost.hidden_dims, seed + 1)
-        meta = dict(meta, seed=int(seed))
-    else:
-        scores, hidden_scores = magnitude, hidden_magnitude
-    spec = widths_subnet(model, family, arch, variant, cost, target, kept, hidden_kept, scores,
-                         hidden_scores, method, multiple_of, **meta)
-    if ratio is not None and not math.isnan(ratio):
-        spec.meta['budget']['uniform_ratio'] = float(ratio)
-    return spec
+
+@register_scorer('taylor', normalize='mean', baseline=True, needs_data=True,
+                 help='first-order Taylor importance Σ|w·∂L/∂w| on a few training batches, '
+                 'relative to the block\'s mean (Torch-Pruning\'s TaylorImportance)')
+def taylor_scorer(backbone: nn.Module, *, model: nn.Module, batches, loss_fn=None,
+                  **ctx) -> Scores:
+    """:func:`taylor_scores` of ``backbone`` with the loss of ``model`` (default: a classifier's
+    cross-entropy) on ``batches`` (``(inputs, labels)`` pairs)."""
+    loss_fn = loss_fn or _classifier_loss
+    return taylor_scores(backbone, batches, lambda b: loss_fn(model, b),
+                         params=model.parameters())
+
+
+def _uniform(cost, budget: float, multiple_of: int = 1, **ctx):
+    return uniform_widths(cost, budget, multiple_of)[:2]
+
+
+def _given_or_uniform(cost, budget: float, multiple_of: int = 1, widths=None, **ctx):
+    if widths is None:
+        return _uniform(cost, budget, multiple_of)
+    return widths
+
+
+@register_scorer('uniform', normalize='mean', baseline=True, widths=_uniform,
+                 help='the same kept ratio in every block (the largest meeting the budget), the '
+                 'largest weight norms kept')
+def uniform_scorer(backbone: nn.Module, **ctx) -> Scores:
+    """Weight norms, to choose the channels inside each block at the uniform widths."""
+    return magnitude_scores(backbone), hidden_magnitude_scores(backbone)
+
+
+@register_scorer('random', baseline=True, widths=_given_or_uniform,
+                 help='seeded random channels at given widths (e.g. a searched subnet\'s), '
+                 'else at the uniform widths')
+def random_scorer(backbone: nn.Module, seed: int = 0, **ctx) -> Scores:
+    """A seeded random order of every block's channels and module's hidden units."""
+    from_dims = {n: m.select.dim for n, m in prunable_modules(backbone).items()}
+    hidden = {n: s.dim for n, s in hidden_selectors(backbone).items()}
+    return random_scores(from_dims, seed), random_scores(hidden, int(seed) + 1)

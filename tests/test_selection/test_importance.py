@@ -1,12 +1,14 @@
-"""The export's other pruners (mmdcs.selection.importance): uniform widths, random channels at
-given widths, first-order Taylor importance; each meets the budget within ±1 %."""
+"""The export's pruners besides α and magnitude (mmdcs.selection.importance): uniform widths,
+random channels at given widths, first-order Taylor importance, as registered scorers; each
+meets the budget within ±1 %."""
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from mmdcs.selection import BudgetError, GatedMLP, LinearCost, magnitude_scores
-from mmdcs.selection.importance import (method_subnet, random_scores, taylor_scores,
+from mmdcs.selection.budget import budget_subnet
+from mmdcs.selection.importance import (get_scorer, random_scores, taylor_scores,
                                         uniform_widths, widths_of, widths_subnet)
 from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
 
@@ -30,6 +32,26 @@ class Toy(nn.Module):
         return self.head(h + self.b(h))
 
 
+def method_subnet(method, model, family, arch, variant, cost, target, **ctx):
+    """The subnet of a registered scorer, as mmdcs.apis.export.export_subnet makes it."""
+    scorer = get_scorer(method)
+    scores, hidden = scorer(model, model=model, **ctx)
+    if scorer.widths is not None:
+        budget = cost.check_target(target, 'x')
+        kept, hidden_kept = scorer.widths(cost, budget, 1, model=model, **ctx)
+        spec = widths_subnet(model, family, arch, variant, cost, target, kept, hidden_kept,
+                             scores, hidden, method)
+        if method == 'random':
+            spec.meta['seed'] = ctx.get('seed', 0)
+        return spec
+    return budget_subnet(model, family, arch, variant, scores, cost, target, 1,
+                         hidden_scores=hidden, normalize=scorer.normalize, method=method)
+
+
+def _loss(model, batch):
+    return F.cross_entropy(model(batch[0]), batch[1])
+
+
 def _cost():
     # a channel of a costs 2·32 (fc1 column + fc2 row), of b 2·40; the rest 500
     return LinearCost('params', baseline=500. + 64 * 96 + 80 * 64, const=500.,
@@ -51,14 +73,14 @@ def test_uniform_widths_keep_one_ratio_and_meet_the_budget(target):
 
 def test_uniform_subnet_keeps_the_largest_norms_within_one_ratio():
     model, cost = Toy(), _cost()
-    spec = method_subnet('uniform', model, 'toy', 'x', 'dcs', cost, 0.7,
-                         magnitude=magnitude_scores(model))
+    spec = method_subnet('uniform', model, 'toy', 'x', 'dcs', cost, 0.7)
     norms = magnitude_scores(model)
     for b in spec.blocks:
         top = norms[b.name].argsort(descending=True)[:b.kept].sort().values.tolist()
         assert b.keep == top
-    ratio = spec.meta['budget']['uniform_ratio']
-    assert [b.kept for b in spec.blocks] == [round(ratio * 96), round(ratio * 64)]
+    kept, _, _ = uniform_widths(cost, cost.check_target(0.7, 'x'))
+    assert [b.kept for b in spec.blocks] == [kept['a'], kept['b']]
+    assert abs(kept['a'] / 96 - kept['b'] / 64) <= 1 / 64
     assert spec.meta['method'] == 'uniform'
     assert spec.meta['budget']['achieved_ratio'] == pytest.approx(0.7, abs=0.01)
     assert spec.meta['budget']['achieved_ratio'] <= 0.7
@@ -81,8 +103,8 @@ def test_random_channels_are_seeded_at_the_given_widths():
                                                                                   3)['a'])
     # other widths: searched ones at the same budget
     skewed = dict(a=80, b=int((0.7 * cost.baseline - 500 - 64 * 80) // 80))
-    s = method_subnet('random', model, 'toy', 'x', 'dcs', cost, 0.7,
-                      widths=(skewed, {}), seed=0)
+    s = method_subnet('random', model, 'toy', 'x', 'dcs', cost, 0.7, widths=(skewed, {}),
+                      seed=0)
     assert [b.kept for b in s.blocks] == [skewed['a'], skewed['b']]
 
 
@@ -129,7 +151,8 @@ def test_taylor_subnet_meets_the_budget_and_keeps_high_scores():
     g = torch.Generator().manual_seed(1)
     batches = [(torch.randn(8, 5, generator=g), torch.randint(0, 3, (8, ), generator=g))]
     scores = taylor_scores(model, batches, lambda b: F.cross_entropy(model(b[0]), b[1]))
-    spec = method_subnet('taylor', model, 'toy', 'x', 'dcs', cost, 0.6, taylor=scores)
+    spec = method_subnet('taylor', model, 'toy', 'x', 'dcs', cost, 0.6, batches=batches,
+                         loss_fn=_loss)
     assert spec.meta['method'] == 'taylor'
     achieved = spec.meta['budget']['achieved_ratio']
     assert achieved <= 0.6 and 0.6 - achieved <= 0.01
@@ -138,5 +161,5 @@ def test_taylor_subnet_meets_the_budget_and_keeps_high_scores():
         dropped = sorted(set(range(b.dim)) - set(b.keep))
         if dropped:
             assert float(s[b.keep].min()) >= float(s[dropped].max())
-    with pytest.raises(ValueError, match='needs the taylor scores'):
-        method_subnet('taylor', model, 'toy', 'x', 'dcs', cost, 0.6)
+    assert spec.meta['budget']['normalize'] == 'mean'
+    assert get_scorer('taylor').needs_data and get_scorer('taylor').baseline

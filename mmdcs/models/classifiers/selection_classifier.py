@@ -20,12 +20,12 @@ import torch
 from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.structures import DataSample
 
-from mmdcs.models.counting import calibrate_cost
+import mmdcs.models.counting  # noqa: F401  (registers the 'flops' and 'params' budgets)
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, hidden_selectors,
                              prunable_modules)
-from mmdcs.selection.budget import RESOURCES
+from mmdcs.selection.budget import build_cost, resource_names, resource_options
 from mmdcs.selection.budget_search import project_to_budget, scheduled_ratio
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
@@ -61,8 +61,10 @@ class ChannelSelectionClassifier(ImageClassifier):
             ``expectation`` 'gate' (P(open) = sigmoid(α), exact at any τ; the default) or
             'paper' (the papers' sigmoid(α/τ), to reproduce them). Linear_θ of DCS counts as a
             constant of the cost. Needs a backbone with architecture parameters (a DCS/KCR
-            supernet). ``target=dict(flops=0.7)`` (or ``params=``): aim at that ratio of the
-            baseline network's count instead of weighing λ·log cost (``weight`` and ``mode``
+            supernet). ``target=dict(flops=0.7)`` (or ``params=``, or ``latency=`` with
+            ``latency_table='table.json'`` beside ``target``: any resource of
+            :func:`mmdcs.selection.budget.build_cost`, with its options): aim at that ratio of
+            the baseline network's count instead of weighing λ·log cost (``weight`` and ``mode``
             then do not apply): the search minimises CE + μ·v(E[count]) with μ set
             by dual ascent (:meth:`budget_terms`, method.md §11), the budget lowered from 1 to R
             over the first part of the search, and ends on the budget
@@ -109,7 +111,9 @@ class ChannelSelectionClassifier(ImageClassifier):
         if cost is None:
             return None
         cost = dict(cost)
-        unknown = set(cost) - {'mode', 'weight', 'entropy_weight', 'expectation', 'target'}
+        options = {o for r in resource_names() for o in resource_options(r)}
+        unknown = set(cost) - {'mode', 'weight', 'entropy_weight', 'expectation',
+                               'target'} - options
         if unknown:
             raise ValueError(f'cost: unknown keys {sorted(unknown)}; valid: mode, weight, '
                              'entropy_weight, expectation, target')
@@ -135,10 +139,12 @@ class ChannelSelectionClassifier(ImageClassifier):
                 ' has none: use a DCS or KCR supernet (variant dcs/kcr, no subnet)')
         self._cost_model = self.backbone.cost_model(cost['mode'], expectation=cost['expectation'],
                                                     with_theta=True)
-        cost['target'] = self._check_target(cost.get('target'))
+        given = {o: cost[o] for o in options if o in cost}
+        cost['target'] = self._check_target(cost.get('target'), given)
         return cost
 
-    def _check_target(self, target: Optional[dict]) -> Optional[dict]:
+    def _check_target(self, target: Optional[dict],
+                      options: Optional[dict] = None) -> Optional[dict]:
         """``cost.target = dict(flops=R)`` (or ``params=R``; optional ``input_size`` (H, W) of
         the FLOPs, default the backbone's nominal size; ``rho`` ρ, the step of the dual ascent;
         ``penalty`` c, the quadratic term; ``ramp``, the share of the search over which the
@@ -146,17 +152,26 @@ class ChannelSelectionClassifier(ImageClassifier):
         onto the budget): R times the baseline network's count, calibrated against mmengine's
         count of this classifier. :class:`~mmdcs.selection.budget.BudgetError` when it cannot be
         met."""
+        options = dict(options or {})
         if target is None:
+            if options:
+                raise ValueError(f'cost: {", ".join(sorted(options))} without a target '
+                                 '(cost.target)')
             return None
         target = dict(target)
-        options = {'input_size', 'rho', 'penalty', 'ramp', 'project'}
-        unknown = set(target) - set(RESOURCES) - options
-        given = [r for r in RESOURCES if r in target]
+        resources = resource_names()
+        known = {'input_size', 'rho', 'penalty', 'ramp', 'project'}
+        unknown = set(target) - set(resources) - known
+        given = [r for r in resources if r in target]
         if unknown or len(given) != 1:
-            raise ValueError(f'cost.target: give exactly one of {RESOURCES} (a ratio of the '
-                             f'baseline\'s count), optionally {", ".join(sorted(options))}; got '
+            raise ValueError(f'cost.target: give exactly one of {resources} (a ratio of the '
+                             f'baseline\'s count), optionally {", ".join(sorted(known))}; got '
                              f'{sorted(target)}')
         resource = given[0]
+        foreign = sorted(set(options) - set(resource_options(resource)))
+        if foreign:
+            raise ValueError(f'cost: {", ".join(foreign)} is not an option of a {resource} '
+                             'target')
         rho = _positive('cost.target.rho (ρ)', target.get('rho', DEFAULT_RHO))
         penalty = _positive('cost.target.penalty', target.get('penalty', DEFAULT_PENALTY),
                             allow_zero=True)
@@ -169,7 +184,8 @@ class ChannelSelectionClassifier(ImageClassifier):
         size = target.get('input_size', None)
         if isinstance(size, int):
             size = (size, size)
-        linear = calibrate_cost(self, resource, size)
+        # the budget's cost model, by name: the exact count (flops, params), or a latency table
+        linear = build_cost(resource, self, size, **options)
         budget = linear.check_target(target[resource], f'cost.target.{resource}')
         self._budget = linear
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
@@ -274,6 +290,8 @@ class ChannelSelectionClassifier(ImageClassifier):
                'cost_ratio_kept': expected.new_tensor(kept / self._budget.baseline),
                'cost_target': expected.new_tensor(budget / self._budget.baseline),
                'cost_mu': mu}
+        if t['resource'] not in ('flops', 'params'):  # e.g. latency_ratio_kept: predicted
+            out[f'{t["resource"]}_ratio_kept'] = out['cost_ratio_kept']
         if update and self.training:
             self.cost_mu.add_(t['rho'] * violation.detach())
             if ramping:

@@ -1,0 +1,431 @@
+"""A latency budget (method.md §11): the latency of a supernet's pruned networks on one device,
+predicted from a table measured there (HALP / NViT style lookup table).
+
+:class:`LatencyCost` has the public interface of :class:`~mmdcs.selection.budget.LinearCost`
+(same unit keys ``(CHANNELS, block)`` / ``(HIDDEN, path)``, same method names and meanings), with
+``resource = 'latency'`` and milliseconds as the unit:
+
+    latency(widths) = const + Σ_u T_u(widths of u)
+
+* a channel-only unit (a block's MLP channels D̃, its hidden width fixed) or a hidden-only unit
+  (a convolutional FFN's expanded channels H̃): ``T_u`` is piecewise linear between the measured
+  widths of its grid;
+* a block's MLP searched over kept channels *and* kept hidden units: ``T_u(D̃, H̃)`` is bilinear
+  in each cell of its (D̃, H̃) grid.
+
+Below the smallest measured width the first segment is extended (and the time clipped at 0);
+widths are capped at the full width. ``const`` is the time of everything no width changes.
+The table (a plain dict, the JSON file ``mmdcs.analysis.latency_table`` writes) also records where
+it was measured; :meth:`LatencyCost.context_warnings` names a device, thread count, batch or
+dtype that differs from the one it is used for.
+
+Framework-free: plain PyTorch.
+"""
+import bisect
+import math
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from .budget import CHANNELS, HIDDEN, BudgetError
+from .subnet import hidden_selectors, prunable_modules
+
+#: the format tag of a latency table
+LATENCY_TABLE_FORMAT = 'mmdcs.latency_table/1'
+Unit = Tuple[str, str]
+
+
+class LatencyTableError(ValueError):
+    """A latency table that is malformed or does not fit the backbone it is used with."""
+
+
+def _segment(grid: Sequence[float], w: float) -> int:
+    """Index i of the segment [grid[i], grid[i+1]] that holds ``w`` from the left
+    (grid[i] < w ≤ grid[i+1]); the first segment below the grid, the last above it."""
+    i = bisect.bisect_left(grid, w) - 1
+    return min(max(i, 0), len(grid) - 2)
+
+
+class _Curve:
+    """Piecewise-linear T(w) over a sorted grid (one point: a constant)."""
+
+    def __init__(self, grid: Sequence[float], ms: Sequence[float]):
+        self.grid = [float(g) for g in grid]
+        self.ms = [float(t) for t in ms]
+
+    def slope(self, w: float) -> float:
+        if len(self.grid) < 2:
+            return 0.
+        i = _segment(self.grid, w)
+        g = self.grid
+        return (self.ms[i + 1] - self.ms[i]) / (g[i + 1] - g[i])
+
+    def value(self, w):
+        """T(w) for a float or a tensor (differentiable: slope of the segment that holds the
+        detached value)."""
+        if len(self.grid) < 2:
+            return w * 0 + self.ms[0] if isinstance(w, Tensor) else self.ms[0]
+        wf = float(w.detach()) if isinstance(w, Tensor) else float(w)
+        i = _segment(self.grid, wf)
+        out = self.ms[i] + (w - self.grid[i]) * self.slope(wf)
+        return out.clamp_min(0.) if isinstance(out, Tensor) else max(out, 0.)
+
+
+class _Surface:
+    """Bilinear T(d, h) over a (D̃ grid) × (H̃ grid); ``ms[i][j]`` at (d_grid[i], h_grid[j])."""
+
+    def __init__(self, d_grid: Sequence[float], h_grid: Sequence[float],
+                 ms: Sequence[Sequence[float]]):
+        self.d = _Curve(d_grid, [0.] * len(d_grid)).grid
+        self.h = _Curve(h_grid, [0.] * len(h_grid)).grid
+        self.ms = [[float(t) for t in row] for row in ms]
+
+    def _cell(self, d: float, h: float):
+        i = _segment(self.d, d) if len(self.d) > 1 else 0
+        j = _segment(self.h, h) if len(self.h) > 1 else 0
+        return i, j
+
+    def _weights(self, grid, i, w):
+        """(index pairs, interpolation fraction) along one axis."""
+        if len(grid) < 2:
+            return (i, i), w * 0
+        return (i, i + 1), (w - grid[i]) / (grid[i + 1] - grid[i])
+
+    def value(self, d, h):
+        df = float(d.detach()) if isinstance(d, Tensor) else float(d)
+        hf = float(h.detach()) if isinstance(h, Tensor) else float(h)
+        i, j = self._cell(df, hf)
+        (i0, i1), s = self._weights(self.d, i, d)
+        (j0, j1), t = self._weights(self.h, j, h)
+        m = self.ms
+        out = ((1 - s) * (1 - t) * m[i0][j0] + s * (1 - t) * m[i1][j0]
+               + (1 - s) * t * m[i0][j1] + s * t * m[i1][j1])
+        return out.clamp_min(0.) if isinstance(out, Tensor) else max(out, 0.)
+
+    def slope_d(self, d: float, h: float) -> float:
+        if len(self.d) < 2:
+            return 0.
+        i, _ = self._cell(d, h)
+        return ((self.value(self.d[i + 1], h) - self.value(self.d[i], h))
+                / (self.d[i + 1] - self.d[i]))
+
+    def slope_h(self, d: float, h: float) -> float:
+        if len(self.h) < 2:
+            return 0.
+        _, j = self._cell(d, h)
+        return ((self.value(d, self.h[j + 1]) - self.value(d, self.h[j]))
+                / (self.h[j + 1] - self.h[j]))
+
+
+def _num(x, what: str) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)):
+        raise LatencyTableError(f'{what} must be a finite number, got {x!r}')
+    return float(x)
+
+
+def _grid(values, full: int, what: str) -> List[int]:
+    if not isinstance(values, list) or not values:
+        raise LatencyTableError(f'{what} must be a non-empty list of widths')
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= full:
+            raise LatencyTableError(f'{what}: width {v!r} is not an integer in [1, {full}]')
+        out.append(v)
+    if out != sorted(set(out)):
+        raise LatencyTableError(f'{what} must be strictly increasing')
+    if out[-1] != full:
+        raise LatencyTableError(f'{what} must end at the full width {full}')
+    return out
+
+
+def _ms_list(values, n: int, what: str) -> List[float]:
+    if not isinstance(values, list) or len(values) != n:
+        raise LatencyTableError(f'{what} must be a list of {n} times (ms)')
+    out = [_num(v, what) for v in values]
+    if any(v < 0 for v in out):
+        raise LatencyTableError(f'{what}: negative time')
+    return out
+
+
+def parse_units(table: dict) -> Tuple[Dict[str, _Curve], Dict[str, _Curve], Dict[str, _Surface],
+                                      Dict[str, int], Dict[str, int], Dict[str, str]]:
+    """The unit entries of a table: (channel curves, hidden curves, pair surfaces, dims,
+    hidden dims, block → its hidden selector path for the pairs). Raises
+    :class:`LatencyTableError` naming the entry on any malformed one."""
+    units = table.get('units')
+    if not isinstance(units, list) or not units:
+        raise LatencyTableError('"units" must be a non-empty list')
+    chan, hid, pair, dims, hdims, pair_hidden = {}, {}, {}, {}, {}, {}
+    for k, u in enumerate(units):
+        if not isinstance(u, dict) or not isinstance(u.get('path'), str):
+            raise LatencyTableError(f'units entry #{k} must be an object with a "path"')
+        p = u['path']
+        d, h = u.get('channels'), u.get('hidden')
+        if p in dims or p in hdims:
+            raise LatencyTableError(f'unit {p} is listed twice')
+        for val, what in ((d, 'channels'), (h, 'hidden')):
+            if val is not None and (isinstance(val, bool) or not isinstance(val, int)
+                                    or val < 1):
+                raise LatencyTableError(f'unit {p}: "{what}" must be a positive width or null')
+        if d is None and h is None:
+            raise LatencyTableError(f'unit {p}: neither "channels" nor "hidden" is selected')
+        ms = u.get('ms')
+        if d is not None and h is not None:
+            dg = _grid(u.get('grid_channels'), d, f'unit {p}: grid_channels')
+            hg = _grid(u.get('grid_hidden'), h, f'unit {p}: grid_hidden')
+            if not isinstance(ms, list) or len(ms) != len(dg):
+                raise LatencyTableError(f'unit {p}: "ms" must be {len(dg)} rows (channels) of '
+                                        f'{len(hg)} times (hidden)')
+            rows = [_ms_list(r, len(hg), f'unit {p}: ms row {i}') for i, r in enumerate(ms)]
+            pair[p] = _Surface(dg, hg, rows)
+            dims[p], hdims[p], pair_hidden[p] = d, h, p
+        elif d is not None:
+            dg = _grid(u.get('grid_channels'), d, f'unit {p}: grid_channels')
+            chan[p] = _Curve(dg, _ms_list(ms, len(dg), f'unit {p}: ms'))
+            dims[p] = d
+        else:
+            hg = _grid(u.get('grid_hidden'), h, f'unit {p}: grid_hidden')
+            hid[p] = _Curve(hg, _ms_list(ms, len(hg), f'unit {p}: ms'))
+            hdims[p] = h
+    return chan, hid, pair, dims, hdims, pair_hidden
+
+
+class LatencyCost:
+    """Predicted latency (ms) of the pruned networks of a supernet: ``const + Σ_u T_u``
+    interpolated in a measured table (see the module docs). Interface and semantics of
+    :class:`~mmdcs.selection.budget.LinearCost`; ``resource = 'latency'``.
+
+    Args:
+        table: a latency table (dict; :func:`mmdcs.analysis.latency_table.load_table` reads and
+            checks a file). Its ``baseline_ms`` is the measured baseline network (what a target
+            ratio multiplies), ``const_ms`` the time no width changes.
+    """
+    resource = 'latency'
+
+    def __init__(self, table: dict):
+        if not isinstance(table, dict):
+            raise LatencyTableError('a latency table must be a JSON object')
+        if table.get('format') != LATENCY_TABLE_FORMAT:
+            raise LatencyTableError(f'not an mmdcs latency table (expected "format": '
+                                    f'{LATENCY_TABLE_FORMAT!r}, got {table.get("format")!r})')
+        self.table = table
+        self.baseline = _num(table.get('baseline_ms'), 'baseline_ms')
+        if self.baseline <= 0:
+            raise LatencyTableError('baseline_ms must be positive')
+        self.const = _num(table.get('const_ms'), 'const_ms')
+        (self._chan, self._hid, self._pair, self.dims, self.hidden_dims,
+         self.pair_hidden) = parse_units(table)
+        shape = table.get('input_shape')
+        self.input_size = tuple(shape) if isinstance(shape, list) else None
+        self.meta = {k: table.get(k) for k in ('arch', 'variant', 'device_name', 'threads',
+                                               'batch', 'dtype')}
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_table(cls, table: dict, backbone: nn.Module,
+                   input_size: Optional[Sequence[int]] = None) -> 'LatencyCost':
+        """The cost of ``table`` for ``backbone`` (an mmdcs supernet); a
+        :class:`LatencyTableError` naming what differs when the table was measured for another
+        arch, variant, selection options, input size (``input_size``, or the backbone's own for
+        a family built for one) or units."""
+        cost = cls(table)
+        cost.check_backbone(backbone, input_size)
+        return cost
+
+    def check_backbone(self, backbone: nn.Module,
+                       input_size: Optional[Sequence[int]] = None) -> None:
+        t = self.table
+        for key, have in (('arch', getattr(backbone, 'arch', None)),
+                          ('variant', getattr(backbone, 'variant', None))):
+            if t.get(key) != have:
+                raise LatencyTableError(f'the latency table is for {key} {t.get(key)!r}, this '
+                                        f'backbone is {have!r}')
+        want = selection_options(backbone)
+        got = t.get('selection') or {}
+        diff = [f'{k}={got.get(k)!r} (table) vs {v!r} (backbone)' for k, v in want.items()
+                if got.get(k) != v]
+        if diff:
+            raise LatencyTableError('the latency table was measured with other selection '
+                                    'options: ' + ', '.join(diff))
+        if input_size is None and getattr(backbone, 'takes_img_size', False):
+            input_size = backbone.input_size
+        if input_size is not None and self.input_size is not None and \
+                tuple(int(s) for s in input_size) != tuple(self.input_size):
+            raise LatencyTableError(
+                f'the latency table was measured at input {"x".join(map(str, self.input_size))}'
+                f', this model runs at {"x".join(str(int(s)) for s in input_size)}')
+        dims = {n: int(m.select.dim) for n, m in prunable_modules(backbone).items()}
+        hdims = {k: int(s.dim) for k, s in hidden_selectors(backbone).items()}
+        for what, table_dims, model_dims in (('channel', self.dims, dims),
+                                             ('hidden', self.hidden_dims, hdims)):
+            missing = [n for n in model_dims if n not in table_dims]
+            extra = [n for n in table_dims if n not in model_dims]
+            if missing or extra:
+                raise LatencyTableError(
+                    f'the latency table\'s {what} units do not match the backbone\'s'
+                    + (f'; not in the table: {", ".join(missing[:4])}' if missing else '')
+                    + (f'; not in the backbone: {", ".join(extra[:4])}' if extra else ''))
+            for n, d in model_dims.items():
+                if table_dims[n] != d:
+                    raise LatencyTableError(f'unit {n}: the latency table has {what} width '
+                                            f'{table_dims[n]}, the backbone {d}')
+
+    def context_warnings(self, device_name: Optional[str] = None,
+                         threads: Optional[int] = None, batch: Optional[int] = None,
+                         dtype: Optional[str] = None, warn: bool = True) -> List[str]:
+        """Where the table is used on another device, thread count, batch or dtype than it
+        was measured on: one message per difference naming both (and a ``UserWarning`` each
+        with ``warn``). A table is valid for the machine it was measured on."""
+        out = []
+        for key, now in (('device_name', device_name), ('threads', threads), ('batch', batch),
+                         ('dtype', dtype)):
+            then = self.table.get(key)
+            if now is not None and then is not None and now != then:
+                out.append(f'the latency table was measured with {key} = {then!r}, it is used '
+                           f'with {key} = {now!r}: its predictions may not hold here')
+        if warn:
+            for msg in out:
+                warnings.warn(msg, stacklevel=2)
+        return out
+
+    # ------------------------------------------------------------------ the count
+    def at(self, kept: Dict[str, float],
+           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+        """The predicted latency (ms) with ``kept[name]`` channels in every block (and
+        ``hidden_kept[path]`` hidden units in every hidden-selected module; default: all)."""
+        h = dict(self.hidden_dims, **(hidden_kept or {}))
+        total = self.const
+        for n, c in self._chan.items():
+            total += c.value(min(float(kept[n]), self.dims[n]))
+        for n, s in self._pair.items():
+            total += s.value(min(float(kept[n]), self.dims[n]),
+                             min(float(h[n]), self.hidden_dims[n]))
+        for k, c in self._hid.items():
+            total += c.value(min(float(h[k]), self.hidden_dims[k]))
+        return total
+
+    def unit_dims(self) -> Dict[Unit, int]:
+        """Every prunable unit, ``(CHANNELS, block)`` and ``(HIDDEN, path)``, → its full
+        width."""
+        out = {(CHANNELS, n): int(d) for n, d in self.dims.items()}
+        out.update(((HIDDEN, k), int(h)) for k, h in self.hidden_dims.items())
+        return out
+
+    def count(self, widths: Dict[Unit, float]) -> float:
+        """The predicted latency at the widths of :meth:`unit_dims`' units (missing: full
+        width)."""
+        kept = {n: widths.get((CHANNELS, n), d) for n, d in self.dims.items()}
+        hidden = {k: widths.get((HIDDEN, k), h) for k, h in self.hidden_dims.items()}
+        return self.at(kept, hidden)
+
+    def marginal(self, unit: Unit, widths: Dict[Unit, float]) -> float:
+        """d latency / d width of ``unit`` at ``widths``: the slope of the table's segment
+        just below the width (g_i < w ≤ g_{i+1}), so removing a group that stays inside one
+        segment (groups of 8 on a grid of multiples of 8) saves exactly ``size·marginal``; in
+        a bilinear unit the slope at the other width's current value."""
+        kind, name = unit
+        if kind == CHANNELS:
+            d = float(widths.get((CHANNELS, name), self.dims[name]))
+            if name in self._pair:
+                h = float(widths.get((HIDDEN, name), self.hidden_dims[name]))
+                return self._pair[name].slope_d(min(d, self.dims[name]),
+                                                min(h, self.hidden_dims[name]))
+            return self._chan[name].slope(min(d, self.dims[name]))
+        if kind == HIDDEN:
+            h = float(widths.get((HIDDEN, name), self.hidden_dims[name]))
+            if name in self._pair:
+                d = float(widths.get((CHANNELS, name), self.dims[name]))
+                return self._pair[name].slope_h(min(d, self.dims[name]),
+                                                min(h, self.hidden_dims[name]))
+            return self._hid[name].slope(min(h, self.hidden_dims[name]))
+        raise KeyError(f'unknown unit kind {kind!r}')
+
+    @property
+    def ceiling(self) -> float:
+        """Every channel kept (the pruned network at full width)."""
+        return self.at(self.dims)
+
+    @property
+    def floor(self) -> float:
+        """One channel kept in every prunable block (and one hidden unit in every
+        hidden-selected module)."""
+        return self.floor_at(1)
+
+    def floor_at(self, multiple_of: int = 1) -> float:
+        """Every block and hidden-selected module down to one group of ``multiple_of``
+        channels / hidden units (its full width if that is smaller)."""
+        m = max(1, int(multiple_of))
+        return self.at({n: min(m, d) for n, d in self.dims.items()},
+                       {k: min(m, h) for k, h in self.hidden_dims.items()})
+
+    def ratio(self, count: float) -> float:
+        return count / self.baseline
+
+    def check_target(self, ratio, name: str, multiple_of: int = 1) -> float:
+        """The absolute budget (ms) of a target ratio; :class:`BudgetError` unless
+        floor < ratio < ceiling (ratios of the baseline's measured latency; the ceiling is 1,
+        or the predicted latency at full width where that is lower)."""
+        m = max(1, int(multiple_of))
+        floor = self.ratio(self.floor_at(m))
+        full = self.ratio(self.ceiling)
+        ceiling = 1. if full >= 1. - 1e-9 else full
+        given = ratio
+        try:
+            ratio = float(ratio)
+        except (TypeError, ValueError):
+            ratio = float('nan')
+        if isinstance(given, bool) or math.isnan(ratio):
+            what = 'is empty' if isinstance(given, str) and not given.strip() else \
+                'is not a number'
+            raise BudgetError(f'{name} = {given!r} {what}: a latency target is a ratio of the '
+                              'baseline network\'s latency (e.g. 0.7)')
+        if not (floor < ratio < ceiling):
+            hidden = ' and hidden-selected module' if self.hidden_dims else ''
+            group = ('one channel' + (' or hidden unit' if self.hidden_dims else '')
+                     if m == 1 else f'one group of {m} (--multiple-of)')
+            top = (f'the ceiling 1 (the baseline; every channel kept: {full:.4f})'
+                   if ceiling == 1. else f'the ceiling {ceiling:.4f} (every channel kept)')
+            where = ', '.join(str(v) for v in (
+                'x'.join(map(str, self.input_size)) if self.input_size else None,
+                f'batch {self.table.get("batch")}' if self.table.get('batch') else None,
+                f'{self.table.get("threads")} thread(s)' if self.table.get('threads') else None,
+                self.table.get('device_name')) if v)
+            raise BudgetError(
+                f'{name} = {ratio:g} cannot be met: a latency target is a ratio of the '
+                f'baseline network\'s measured latency ({self.baseline:.3f} ms'
+                f'{" at " + where if where else ""}) between the predicted floor {floor:.4f} '
+                f'({group} kept in every prunable block{hidden}) and {top}')
+        return ratio * self.baseline
+
+    def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
+                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+        """The differentiable predicted latency at E[D̃_j] from each block's selector (and
+        E[H̃_k] from each hidden selector in ``hidden``, path → selector; others at full
+        width): piecewise linear in a channel-only or hidden-only unit, bilinear in a block's
+        MLP over (E[D̃], E[H̃]), so its gradient is the table's slope there."""
+        d = {n: selectors[n].expected_kept(expectation) for n in self.dims}
+        h = {k: (hidden[k].expected_kept(expectation) if hidden and k in hidden
+                 else float(self.hidden_dims[k])) for k in self.hidden_dims}
+        ref = next(iter(d.values())) if d else next(
+            (v for v in h.values() if isinstance(v, Tensor)), torch.zeros(()))
+        total = ref.new_tensor(self.const) if isinstance(ref, Tensor) else torch.tensor(
+            self.const)
+        for n, c in self._chan.items():
+            total = total + c.value(d[n])
+        for n, s in self._pair.items():
+            total = total + s.value(d[n], h[n])
+        for k, c in self._hid.items():
+            total = total + c.value(h[k])
+        return total
+
+
+def selection_options(backbone: nn.Module) -> dict:
+    """What a latency table must have been measured with besides arch and variant: the
+    backbone's selection options (the Q/K selection, hidden-unit selection, Linear_θ rank)."""
+    return dict(qk_select=getattr(backbone, 'qk_select', None),
+                mlp_select=bool(getattr(backbone, 'mlp_select', False)),
+                select_hidden=getattr(backbone, 'select_hidden', False),
+                theta_rank=getattr(backbone, 'theta_rank', None))

@@ -1,0 +1,171 @@
+"""The export as one API call (mmdcs.apis.export.export_subnet): the tool is a parser over it and
+prints its report; ranking methods are scorers of a registry (mmdcs.selection.importance), so a
+new one (here a test scorer that needs data) is usable by name with no change to the export; a
+budget's cost is any ResourceCost, passed in or built by name; the post-measurement times the
+exported model against the baseline with an injected timer."""
+import json
+import os.path as osp
+
+import pytest
+import torch
+
+from mmdcs.selection import hidden_selectors, prunable_modules
+from mmdcs.selection import importance
+from mmdcs.selection.importance import register_scorer, scorer_names
+from _tools import load_tool  # noqa: E402 (tests/ is on sys.path)
+
+CONFIG = """default_scope = 'mmpretrain'
+model = dict(
+    type='ImageClassifier',
+    backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='{variant}', img_size=32,
+                  select_hidden={hidden}),
+    neck=None,
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=192))
+"""
+
+
+@pytest.fixture(scope='module')
+def supernet(tmp_path_factory):
+    """A DCS-DeiT-Tiny classifier at 32×32 with hidden-unit selection and random α, β."""
+    from mmengine.config import Config
+
+    from mmdcs.apis.subnet_io import build_model
+    import mmpretrain.utils
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    root = tmp_path_factory.mktemp('export_api')
+    path = osp.join(str(root), 'dcs.py')
+    with open(path, 'w') as f:
+        f.write(CONFIG.format(variant='dcs', hidden=True))
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(path).model, 'mmpretrain')
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith('select.alpha'):
+                p.copy_(torch.randn(p.shape, generator=g))
+    ckpt = osp.join(str(root), 'dcs.pth')
+    torch.save({'state_dict': model.state_dict()}, ckpt)
+    return dict(config=path, ckpt=ckpt, model=model, root=root)
+
+
+def test_the_method_choices_are_the_registry(supernet):
+    """--method offers the registered scorers; 'alpha' and 'magnitude' are there, with the
+    treatment the export gives them (magnitude: normalised, from a baseline checkpoint)."""
+    assert {'alpha', 'magnitude'} <= set(scorer_names())
+    assert importance.get_scorer('magnitude').normalize == 'mean'
+    assert importance.get_scorer('magnitude').baseline
+    assert not importance.get_scorer('alpha').baseline
+    tool = load_tool('tools/export_subnet.py')
+    for name in scorer_names():
+        assert tool.parse_args([supernet['config'], 'x.pth', '--out', 'o', '--method',
+                                name]).method == name
+    with pytest.raises(KeyError, match='known: alpha'):
+        importance.get_scorer('no-such-method')
+    with pytest.raises(ValueError, match='registered already'):
+        register_scorer('alpha')(lambda backbone, **ctx: ({}, {}))
+    # the alpha scorer is σ(α), σ(β) of the backbone
+    backbone = supernet['model'].backbone
+    ch, hid = importance.get_scorer('alpha')(backbone, model=supernet['model'])
+    name, m = next(iter(prunable_modules(backbone).items()))
+    assert torch.equal(ch[name], torch.sigmoid(m.select.alpha.detach().float()))
+    assert set(hid) == set(hidden_selectors(backbone))
+
+
+def test_a_new_scorer_that_needs_data_is_usable_by_name(supernet, tmp_path, monkeypatch):
+    """A scorer registered with needs_data gets the batches the API is given, and its ranking is
+    what the budget keeps: scores that favour the channels with the lowest index keep exactly
+    the first D̃ channels of every block."""
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.apis.launch import UserError
+    seen = {}
+
+    def by_index(backbone, *, model, batches, **ctx):
+        seen['batches'] = list(batches)
+        seen['model'] = model
+        ch = {n: -torch.arange(m.select.dim, dtype=torch.float64)
+              for n, m in prunable_modules(backbone).items()}
+        hid = {k: -torch.arange(s.dim, dtype=torch.float64)
+               for k, s in hidden_selectors(backbone).items()}
+        return ch, hid
+
+    monkeypatch.setitem(importance.SCORERS, 'by-index', importance.Scorer(
+        'by-index', by_index, normalize='mean', needs_data=True))
+    with pytest.raises(UserError, match='needs data batches'):
+        export_subnet(supernet['config'], supernet['ckpt'], str(tmp_path / 'none'),
+                      method='by-index', target=('flops', 0.7))
+    assert not (tmp_path / 'none').exists()
+    out = str(tmp_path / 'out')
+    res = export_subnet(supernet['config'], supernet['ckpt'], out, method='by-index',
+                        target=('flops', 0.7), batches=[torch.zeros(1)], verify=False)
+    assert len(seen['batches']) == 1 and hasattr(seen['model'], 'head')
+    for b in list(res.spec.blocks) + list(res.spec.hidden):
+        assert b.keep == list(range(b.kept))
+    assert res.budget['achieved_ratio'] == pytest.approx(0.7, abs=0.01)
+    assert res.budget['normalize'] == 'mean'
+    with open(osp.join(out, 'subnet.json')) as f:
+        assert json.load(f)['meta']['method'] == 'by-index'
+
+
+def test_the_tool_prints_the_api_report(supernet, tmp_path, capsys):
+    """tools/export_subnet.py prints the lines of the API's result and returns its dict; the
+    same export through the API gives the same subnet."""
+    from mmdcs.apis.export import export_subnet
+    tool = load_tool('tools/export_subnet.py')
+    out = str(tmp_path / 'tool')
+    res = tool.export(tool.parse_args([supernet['config'], supernet['ckpt'], '--out', out,
+                                       '--target-params', '0.8']))
+    printed = capsys.readouterr().out
+    api = export_subnet(supernet['config'], supernet['ckpt'], str(tmp_path / 'api'),
+                        target=('params', 0.8))
+    assert res['spec'].blocks == api.spec.blocks and res['spec'].hidden == api.spec.hidden
+    assert 'budget (alpha): params target 0.8' in printed
+    # the same report, but for the output directory and the time it was written
+    report = '\n'.join(api.lines).replace(str(tmp_path / 'api'), out)
+    assert report in printed
+
+
+def test_a_cost_passed_in_is_the_one_the_budget_uses(supernet, tmp_path):
+    """Any ResourceCost can be handed to the export: here the calibrated FLOPs count with every
+    hidden unit made free, so the budget is met by channels alone (the hidden units all kept)."""
+    from mmdcs.analysis.complexity import calibrate_cost
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.selection.budget import ResourceCost
+    cost = calibrate_cost(supernet['model'], 'flops', (32, 32))
+    assert isinstance(cost, ResourceCost)
+    cost.const += sum(c * cost.hidden_dims[k] for k, c in cost.hidden_coef.items())
+    cost.hidden_coef = {k: 0. for k in cost.hidden_coef}
+    cost.coef = {n: c + cost.pair.get(n, 0.) * cost.hidden_dims[cost.pair_hidden[n]]
+                 if n in cost.pair else c for n, c in cost.coef.items()}
+    cost.pair, cost.pair_hidden = {}, {}
+    res = export_subnet(supernet['config'], supernet['ckpt'], str(tmp_path / 'out'),
+                        target=('flops', 0.7), cost=cost, verify=False)
+    assert all(h.kept == h.dim for h in res.spec.hidden)
+    assert res.budget['measured']['flops']['ratio'] == pytest.approx(0.7, abs=0.01)
+
+
+def test_measure_times_pruned_against_baseline_with_an_injected_timer(supernet, tmp_path):
+    """measure=True times the exported model against the baseline network interleaved (here a
+    synthetic timer: milliseconds = parameters / 1e6) and records medians and their ratio in
+    the result and in subnet.json."""
+    from mmdcs.analysis.complexity import count_params
+    from mmdcs.apis.export import export_subnet
+    calls = {}
+
+    def timer(models, inputs, warmup=3, repeats=10, threads=None, **kw):
+        calls.update(names=sorted(models), shape=tuple(inputs.shape), repeats=repeats,
+                     threads=threads)
+        return {n: dict(median_ms=count_params(m) / 1e6, threads=threads, device='cpu')
+                for n, m in models.items()}
+
+    out = str(tmp_path / 'out')
+    res = export_subnet(supernet['config'], supernet['ckpt'], out, target=('params', 0.75),
+                        measure=True, measure_options=dict(timer=timer, repeats=5))
+    assert calls == dict(names=['baseline', 'pruned'], shape=(1, 3, 32, 32), repeats=5,
+                         threads=1)
+    m = res.budget['measured']
+    # the synthetic timer counts parameters: its ratio is the measured params ratio
+    assert res.latency['ratio'] == pytest.approx(m['params']['ratio'], rel=1e-6)
+    with open(osp.join(out, 'subnet.json')) as f:
+        saved = json.load(f)['meta']['budget']['measured']['latency']
+    assert saved['ratio'] == pytest.approx(res.latency['ratio'])
+    assert any('latency, measured' in line for line in res.lines)
