@@ -161,3 +161,17 @@ def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
     again = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
                     run_one=_fake_run(calls), log=lines.append)
     assert calls == [] and again == rows
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--epochs', '0'], '--epochs'),
+    (['--methods', 'l1'], '--methods'),
+    (['--resource', 'latency'], '--resource latency: not yet'),
+    (['--budgets', '1.2'], 'not a ratio'),
+])
+def test_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
+    from _tools import run_main
+    code, err = run_main('tools/analysis/compare_methods.py',
+                         argv + ['--out', str(tmp_path / 'out')], capsys)
+    assert code == 2 and message in err
+    assert not osp.exists(tmp_path / 'out' / 'results.json')
