@@ -17,6 +17,10 @@ DIR/widths.png (per-block kept widths of each method). Logs and checkpoints unde
 """
 import os.path as osp
 import sys
+import warnings
+
+# setuptools' notice about mmengine importing pkg_resources is not for the user of this tool
+warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 
 try:
     import mmdcs  # noqa: F401
