@@ -27,6 +27,7 @@ retrain), OFB (search -> export -> fine-tune) and DynamicViT (distilled from the
 a table of params, FLOPs, CPU latency and top-1 of every final model.
 """
 import argparse
+import contextlib
 import json
 import os
 import os.path as osp
@@ -239,14 +240,16 @@ class Demo:
         print(f'$ export_subnet({config}, {osp.relpath(checkpoint, ROOT)}, '
               f'target=(flops, {target}), method={method})', flush=True)
         t0 = time.time()
-        try:
-            result = export_subnet(osp.join(ROOT, config), checkpoint, subnet_dir,
-                                   method=method, target=('flops', float(target)))
-        except (UserError, ValueError) as e:
-            sys.exit(f'demo step failed: the export of {tag}: {e}')
-        # the step's log: not through a symlink planted under its name (as run() writes it)
+        # the step's log: not through a symlink planted under its name (as run() writes it);
+        # what the libraries print while exporting goes there too
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
         with os.fdopen(fd, 'w') as log:
+            try:
+                with contextlib.redirect_stdout(log):
+                    result = export_subnet(osp.join(ROOT, config), checkpoint, subnet_dir,
+                                           method=method, target=('flops', float(target)))
+            except (UserError, ValueError) as e:
+                sys.exit(f'demo step failed: the export of {tag}: {e}')
             log.write('\n'.join(result.lines + result.warnings) + '\n')
         print(f'  done in {time.time() - t0:.0f} s (log: {osp.relpath(log_path, ROOT)})',
               flush=True)

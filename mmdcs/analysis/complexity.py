@@ -179,8 +179,9 @@ def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
     ``select_hidden``, every hidden width H̃ (widths rounded up to ``multiple_of``); r is the
     ratio whose FLOPs are nearest to the target, found with the budget's exact count of the
     supernet (the resource ``'flops'``: :func:`~mmdcs.models.counting.calibrate_cost`, measured
-    by mmengine at the nominal input size; the baseline is the network without selection). The channels themselves are a seeded
-    random choice (latency and size depend only on the widths). ``meta`` records the target, r
+    by mmengine at the nominal input size; the baseline is the network without selection). The
+    channels themselves are a seeded random choice (latency and size depend only on the
+    widths). ``meta`` records the target, r
     and the predicted ratio; a target below the network's floor (r → 0) gives the floor, with
     ``meta.budget_reached = False``.
     """

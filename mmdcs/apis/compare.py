@@ -582,9 +582,10 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         if not 0. < float(b) < 1.:
             raise UserError(f'--budgets: {b} is not a ratio in (0, 1)')
     if resource == 'latency':
-        raise UserError('--resource latency: not yet: the search and the export meet FLOPs or '
-                        'params budgets; a latency budget comes with the latency cost (issue on '
-                        'latency targets). Use --resource flops')
+        raise UserError('--resource latency: not yet: this comparison does not yet pass a '
+                        'latency table to the searches and exports (tools/export_subnet.py '
+                        '--target-latency --latency-table T does it for one export); use '
+                        '--resource flops')
     if retrain not in RETRAIN:
         raise UserError(f'--retrain must be one of {RETRAIN}')
     regime = 'pretrained' if pretrained else 'scratch'

@@ -26,6 +26,7 @@ import mmdcs
 from mmdcs.analysis import complexity
 from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import time_models
+from mmdcs.analysis.latency_table import device_name
 from mmdcs.selection import file_sha256, prunable_modules
 from mmdcs.selection.budget import BudgetError, budget_subnet, build_cost
 from mmdcs.selection.importance import get_scorer, scorer_names, widths_subnet
@@ -324,8 +325,8 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
             spec.meta['budget']['measured']['latency'] = dict(latency)
         check = getattr(costs.get(resource), 'context_warnings', None) if costs else None
         if check is not None:  # a table measured elsewhere: a warning naming both
-            notes = check(threads=latency['threads'], batch=latency['batch'], dtype='fp32',
-                          warn=False)
+            notes = check(device_name=latency['device_name'], threads=latency['threads'],
+                          batch=latency['batch'], dtype='fp32', warn=False)
     max_diff = ref = None
     if verify and costs is None:
         g = torch.Generator().manual_seed(0)
@@ -360,10 +361,11 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
                     repeats: int = 21, warmup: int = 3, threads: Optional[int] = None,
                     batch: Optional[int] = None, timer: Optional[Callable] = None,
                     seed: int = 0) -> dict:
-    """The exported model's latency against the baseline network's (the same config with the
-    backbone's ``variant='baseline'``, random weights: time depends only on the shapes),
-    timed interleaved round by round, medians (:func:`mmdcs.analysis.latency.time_models`;
-    ``timer``: a replacement with its signature, e.g. a synthetic one in tests)."""
+    """The exported backbone's latency against the baseline backbone's (the config's backbone
+    with ``variant='baseline'``, random weights: time depends only on the shapes), timed
+    interleaved round by round, medians (:func:`mmdcs.analysis.latency.time_models`; ``timer``:
+    a replacement with its signature, e.g. a synthetic one in tests). Backbones, as a latency
+    table measures them (a classifier's head is the same in both)."""
     timer = timer or time_models
     threads, batch = threads or 1, batch or 1
     base_cfg = copy.deepcopy(cfg.model)
@@ -375,8 +377,7 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
         base_cfg.pop('cost', None)
     torch.manual_seed(seed)
     base = build_model(base_cfg, scope).eval()
-    if not classifier:
-        base, pruned = mmdcs_backbone(base) or base, require_pruned(pruned)
+    base, pruned = mmdcs_backbone(base) or base, require_pruned(pruned)
     x = torch.randn((int(batch), ) + tuple(full_shape[1:]),
                     generator=torch.Generator().manual_seed(seed))
     t = timer(dict(baseline=base, pruned=pruned), x, warmup=warmup, repeats=repeats,
@@ -384,7 +385,8 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
     b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
     return dict(baseline_ms=b_ms, pruned_ms=p_ms, ratio=p_ms / b_ms, rounds=int(repeats),
                 threads=t['pruned'].get('threads', threads), batch=int(batch),
-                device=str(t['pruned'].get('device', x.device)))
+                device=str(t['pruned'].get('device', x.device)),
+                device_name=device_name(x.device))
 
 
 def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, source,
@@ -412,7 +414,8 @@ def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, so
         m = r.budget['measured']
         lines.append(
             f'budget ({method}): {resource} target {ratio:g} of the baseline '
-            f'{"classifier" if classifier else "backbone"}; achieved FLOPs '
+            f'{"classifier" if classifier and resource in COUNTED else "backbone"}; achieved '
+            f'FLOPs '
             f'{human(m["flops"]["pruned"])} = {m["flops"]["ratio"]:.4f}, params '
             f'{human(m["params"]["pruned"])} = {m["params"]["ratio"]:.4f} of the baseline '
             f'({human(m["flops"]["baseline"])} FLOPs, {human(m["params"]["baseline"])} params)')
@@ -425,7 +428,7 @@ def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, so
     if r.latency is not None:
         t = r.latency
         lines.append(f'latency, measured (batch {t["batch"]}, {t["threads"]} thread(s), '
-                     f'{t["device"]}, median of {t["rounds"]} interleaved rounds): baseline '
+                     f'{t["device_name"]}, median of {t["rounds"]} interleaved rounds): baseline '
                      f'{t["baseline_ms"]:.2f} ms, pruned {t["pruned_ms"]:.2f} ms = '
                      f'{t["ratio"]:.4f} of the baseline')
     if r.max_diff is not None:

@@ -1,0 +1,527 @@
+"""A supernet's latency table on one device: the measurements behind
+:class:`~mmdcs.selection.latency_cost.LatencyCost` (HALP / NViT style lookup table).
+
+What is measured (:func:`build_table`):
+
+* every prunable **unit** — a block's MLP channels D̃ (channel-only), its MLP over kept channels
+  × kept hidden units (``select_hidden``: a pair, bilinear), or a convolutional FFN's expanded
+  channels H̃ (hidden-only) — is timed as the module around it that the real forward calls on
+  its own and that holds no other unit (a ViT / Swin / MobileViT transformer layer around its
+  MLP, an inverted bottleneck around its expanded channels), **re-run on the input it received
+  in the real network** at those widths (captured with a forward pre-hook: same input size,
+  same neighbours), plus every layer outside it that reads the unit's kept channels
+  (MobileViT's projection conv after the last transformer layer of a block);
+* on a **grid** of widths per unit: multiples of 8 (``multiple_of``) from 8 up, the step
+  growing with the width (about half of it: 8, 16, 24, 32, 48, 72, 104, 152, 224, 336, 504, …,
+  and the full width): fine where a narrow GEMM's fixed costs and kernel changes bend the
+  curve, coarse where the time is close to linear in the width (:func:`width_grid`). A pair
+  unit is measured on the product of its channel and hidden grids. All units are set to their
+  k-th grid point in one pruned network, so one network per grid point is built;
+* the **constant** — the time of everything no width changes — is the whole network's time
+  minus its units', at every grid point; the table keeps their median (and their spread);
+* the **baseline** network (no selection) and the pruned network at full width, timed
+  interleaved.
+
+Every timing is ``timer(fn, module)`` → seconds per call (injectable: the tests use a synthetic
+one; default :class:`WallTimer`), in ``rounds`` rounds that interleave every timed module of a
+grid point (the order reversed every other round), medians per module. Times are stored in ms
+per call of the batch. Threads are fixed with ``torch.set_num_threads`` for the whole build.
+
+:func:`validate` measures random subnets end to end against the baseline (interleaved, medians)
+and compares their latency ratio with the prediction; :func:`load_table` reads a table file
+(JSON only: nothing in it runs) and refuses a corrupt, truncated or malformed one in one line.
+"""
+import copy
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
+from mmdcs.selection.budget import CHANNELS, HIDDEN
+from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, LatencyTableError,
+                                          selection_options)
+from mmdcs.selection.subnet import hidden_selectors, prunable_modules
+from .latency import _ALLOCATOR, num_threads
+
+Timer = Callable[[Callable[[], object], nn.Module], float]
+DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+#: keys every table file has (besides what LatencyCost checks)
+REQUIRED_KEYS = ('arch', 'variant', 'selection', 'input_shape', 'batch', 'threads', 'dtype',
+                 'device', 'device_name', 'torch')
+
+
+class WallTimer:
+    """Seconds per call of ``fn``: calls it until ``min_time`` has passed (at least once) and
+    divides; on CUDA synchronised before the first and after the last call."""
+
+    def __init__(self, min_time: float = 2e-3, device: Optional[torch.device] = None):
+        self.min_time = float(min_time)
+        self.cuda = device is not None and torch.device(device).type == 'cuda'
+
+    def _sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def __call__(self, fn: Callable[[], object], module: nn.Module) -> float:
+        self._sync()
+        t0 = time.perf_counter()
+        n = 0
+        while True:
+            fn()
+            n += 1
+            self._sync()
+            elapsed = time.perf_counter() - t0
+            if elapsed >= self.min_time:
+                return elapsed / n
+
+
+def width_grid(dim: int, multiple_of: int = 8) -> List[int]:
+    """The widths a unit of full width ``dim`` is measured at: multiples of ``multiple_of``
+    from ``multiple_of`` up, the step the largest multiple of ``multiple_of`` not above half
+    the width reached (at least ``multiple_of``), and ``dim`` itself; ``[dim]`` when
+    ``dim <= multiple_of``."""
+    m = max(1, int(multiple_of))
+    out, w = [], m
+    while w < dim:
+        out.append(w)
+        w += max(m, (w // 2) // m * m)
+    return out + [int(dim)]
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU model (``/proc/cpuinfo``, else ``platform.processor()``)."""
+    device = torch.device(device)
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.lower().startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or 'unknown CPU'
+
+
+# ----------------------------------------------------------------------------- structure
+def _units(backbone: nn.Module) -> Tuple[Dict[str, int], Dict[str, int]]:
+    dims = {n: int(m.select.dim) for n, m in prunable_modules(backbone).items()}
+    hdims = {k: int(s.dim) for k, s in hidden_selectors(backbone).items()}
+    if not dims and not hdims:
+        raise ValueError(f'{type(backbone).__name__} has no architecture parameters: a latency '
+                         'table needs a DCS or KCR supernet')
+    return dims, hdims
+
+
+def _spec(backbone, dims, hdims, widths: Dict[Tuple[str, str], int]) -> SubnetSpec:
+    blocks = [BlockSelection(n, d, list(range(int(widths.get((CHANNELS, n), d)))))
+              for n, d in dims.items()]
+    hidden = [BlockSelection(k, h, list(range(int(widths.get((HIDDEN, k), h)))))
+              for k, h in hdims.items()]
+    return SubnetSpec(backbone.family, backbone.arch, backbone.variant, blocks, {}, hidden)
+
+
+def pruned_copy(backbone: nn.Module, widths: Dict[Tuple[str, str], int],
+                device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """The pruned network of ``backbone`` (a supernet) at ``widths`` (the first channels of
+    every unit kept; which ones does not change the time), eval mode, on ``device``."""
+    dims, hdims = _units(backbone)
+    net = copy.deepcopy(backbone)
+    apply_subnet_(net, _spec(backbone, dims, hdims, widths))
+    return net.to(device=device, dtype=dtype).eval()
+
+
+def _called(net: nn.Module, names: Sequence[str], x: torch.Tensor) -> Dict[str, int]:
+    """How often each module of ``names`` is called (``__call__``) in one forward."""
+    calls = {n: 0 for n in names}
+    handles = []
+    for n in names:
+        def hook(mod, args, _n=n):
+            calls[_n] += 1
+        handles.append(net.get_submodule(n).register_forward_pre_hook(hook))
+    try:
+        with torch.inference_mode():
+            net(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+def _ancestors(path: str) -> List[str]:
+    parts = path.split('.')
+    return ['.'.join(parts[:cut]) for cut in range(len(parts), 0, -1)]
+
+
+def timed_modules(net: nn.Module, unit_paths: Sequence[str], x: torch.Tensor) -> Dict[str, str]:
+    """unit path → the module timed for it: the unit's module or its closest ancestor that
+    the forward calls on its own (a pruned MLP is run through its block's ``residual``) and
+    that holds no other unit."""
+    candidates = sorted({a for u in unit_paths for a in _ancestors(u)})
+    calls = _called(net, candidates, x)
+    out = {}
+    for u in unit_paths:
+        for a in _ancestors(u):
+            if any(v != u and (v == a or v.startswith(a + '.')) for v in unit_paths):
+                break
+            if calls[a]:
+                out[u] = a
+                break
+        if u not in out:
+            raise RuntimeError(f'internal: no module around unit {u} runs on its own and '
+                               'alone; its time cannot be measured')
+    return out
+
+
+def _distinct_halves(dims: Dict[str, int]) -> Dict[str, int]:
+    used, out = set(), {}
+    for n, d in dims.items():
+        w = max(1, d // 2)
+        while (d, w) in used and w > 1:
+            w -= 1
+        used.add((d, w))
+        out[n] = w
+    return out
+
+
+def extra_modules(backbone: nn.Module, blocks: Dict[str, str]) -> Dict[Tuple[str, str], List[str]]:
+    """unit → leaf modules outside every timed block whose weights read the unit's kept
+    channels / hidden units (MobileViT's projection conv): found as the layers whose weight
+    shape changes from the full width to a probe width distinct per unit."""
+    dims, hdims = _units(backbone)
+    half, hhalf = _distinct_halves(dims), _distinct_halves(hdims)
+    full = pruned_copy(backbone, {}, torch.device('cpu'), torch.float32)
+    probe = pruned_copy(backbone, dict([((CHANNELS, n), w) for n, w in half.items()]
+                                       + [((HIDDEN, k), w) for k, w in hhalf.items()]),
+                        torch.device('cpu'), torch.float32)
+    inside = list(blocks.values())
+    probe_mods = dict(probe.named_modules())
+    out: Dict[Tuple[str, str], List[str]] = {}
+    for name, m in full.named_modules():
+        if not name or any(True for _ in m.children()) or name not in probe_mods:
+            continue
+        if any(name == b or name.startswith(b + '.') for b in inside):
+            continue
+        for pname, p in m.named_parameters(recurse=False):
+            q = getattr(probe_mods[name], pname, None)
+            if q is None or q.shape == p.shape:
+                continue
+            for a, b in zip(p.shape, q.shape):
+                if a == b:
+                    continue
+                unit = next(((CHANNELS, n) for n in dims if (dims[n], half[n]) == (a, b)), None)
+                unit = unit or next(((HIDDEN, k) for k in hdims if (hdims[k], hhalf[k]) == (a, b)),
+                                    None)
+                if unit is not None and name not in out.get(unit, []):
+                    out.setdefault(unit, []).append(name)
+    return out
+
+
+# ----------------------------------------------------------------------------- timing
+def _capture(net: nn.Module, names: Sequence[str], x: torch.Tensor) -> Dict[str, tuple]:
+    """name → (module, args, kwargs, calls): the (first) input each module gets in one forward
+    of ``net``, cloned (a module may write into its input's successor in place)."""
+    seen: Dict[str, list] = {}
+    handles = []
+
+    def clone(v):
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        if isinstance(v, (tuple, list)):
+            return type(v)(clone(i) for i in v)
+        return v
+    for n in names:
+        def hook(mod, args, kwargs, _n=n):
+            if _n in seen:
+                seen[_n][3] += 1
+            else:
+                seen[_n] = [mod, clone(args), {k: clone(v) for k, v in kwargs.items()}, 1]
+        handles.append(net.get_submodule(n).register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        with torch.inference_mode():
+            net(x)
+    finally:
+        for h in handles:
+            h.remove()
+    missing = [n for n in names if n not in seen]
+    if missing:
+        raise RuntimeError(f'internal: {", ".join(missing[:3])} not called in the forward')
+    return {n: tuple(v) for n, v in seen.items()}
+
+
+def _rounds(fns: Dict[str, Tuple[Callable, nn.Module]], rounds: int, warmup: int,
+            timer: Timer) -> Dict[str, List[float]]:
+    """ms per call of every fn over ``rounds`` interleaved rounds (order reversed every other
+    round), after ``warmup`` untimed calls of each."""
+    items = list(fns.items())
+    with torch.inference_mode():
+        for _ in range(warmup):
+            for _, (fn, _m) in items:
+                fn()
+        out: Dict[str, List[float]] = {k: [] for k in fns}
+        for r in range(rounds):
+            for k, (fn, m) in (items if r % 2 == 0 else items[::-1]):
+                out[k].append(timer(fn, m) * 1e3)
+    return out
+
+
+def _call(mod, args, kwargs):
+    return lambda: mod(*args, **kwargs)
+
+
+def _spread(values: Sequence[float]) -> float:
+    """Relative spread of a module's rounds: (max − min) / median."""
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med > 0 else 0.
+
+
+def _grid_points(units: Dict[str, dict]) -> int:
+    return max(len(u['grid_channels'] or [0]) * len(u['grid_hidden'] or [0])
+               for u in units.values())
+
+
+def _point(u: dict, k: int) -> Tuple[Optional[int], Optional[int], Tuple[int, ...]]:
+    """(channel width, hidden width, table index) of unit ``u`` at grid point ``k`` (a unit
+    with fewer points stays at its last one)."""
+    gd, gh = u['grid_channels'], u['grid_hidden']
+    if gd and gh:
+        k = min(k, len(gd) * len(gh) - 1)
+        i, j = divmod(k, len(gh))
+        return gd[i], gh[j], (i, j)
+    if gd:
+        i = min(k, len(gd) - 1)
+        return gd[i], None, (i, )
+    j = min(k, len(gh) - 1)
+    return None, gh[j], (j, )
+
+
+def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[int],
+                batch: int = 1, threads: Optional[int] = None, dtype: str = 'fp32',
+                device: str = 'cpu', rounds: int = 5, warmup: int = 1, multiple_of: int = 8,
+                timer: Optional[Timer] = None, seed: int = 0,
+                progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Measure the latency table of ``backbone`` (an mmdcs supernet) on this device (see the
+    module docs).
+
+    Args:
+        backbone: the supernet (its selection options are the table's).
+        baseline: the baseline network (no selection) of the same arch and input size: what a
+            latency target is a ratio of.
+        input_size: (H, W); batch: images per call.
+        threads: ``torch.set_num_threads`` for the build (None: as it is).
+        dtype: ``'fp32'``, ``'fp16'`` or ``'bf16'``; device: ``'cpu'`` or ``'cuda'``.
+        rounds, warmup: interleaved timed rounds per grid point (medians) and untimed calls.
+        multiple_of: grid step (:func:`width_grid`).
+        timer: ``timer(fn, module)`` → seconds per call (default :class:`WallTimer`).
+        progress: called with a progress line per grid point.
+
+    Returns:
+        the table (a JSON-able dict, ``LatencyCost(table)`` predicts from it).
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
+    if rounds < 1 or warmup < 0 or batch < 1:
+        raise ValueError(f'need rounds >= 1, warmup >= 0, batch >= 1; got {rounds}, {warmup}, '
+                         f'{batch}')
+    dev = torch.device(device)
+    tdtype = DTYPES[dtype]
+    timer = timer or WallTimer(device=dev)
+    size = (int(input_size[0]), int(input_size[-1]))
+    dims, hdims = _units(backbone)
+    in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((int(batch), in_ch) + size, generator=g).to(dev, tdtype)
+    started = time.perf_counter()
+    paths = list(dict.fromkeys(list(dims) + list(hdims)))
+    units = {p: dict(path=p, channels=dims.get(p), hidden=hdims.get(p),
+                     grid_channels=width_grid(dims[p], multiple_of) if p in dims else None,
+                     grid_hidden=width_grid(hdims[p], multiple_of) if p in hdims else None)
+             for p in paths}
+    for u in units.values():
+        u['ms'] = ([[None] * len(u['grid_hidden']) for _ in u['grid_channels']]
+                   if u['grid_channels'] and u['grid_hidden']
+                   else [None] * len(u['grid_channels'] or u['grid_hidden']))
+        u['spread'] = []
+    say = progress or (lambda line: None)
+    with num_threads(threads):
+        used_threads = torch.get_num_threads()
+        full = pruned_copy(backbone, {}, dev, tdtype)
+        blocks = timed_modules(full, paths, x)
+        extras = extra_modules(backbone, blocks)
+        for u in units.values():
+            u['timed'] = blocks[u['path']]
+            u['extra'] = sorted({e for key in ((CHANNELS, u['path']), (HIDDEN, u['path']))
+                                 for e in extras.get(key, [])})
+        # baseline and the full-width pruned network, interleaved
+        base = baseline.to(dev, tdtype).eval()
+        ends = _rounds({'baseline': (lambda: base(x), base), 'full': (lambda: full(x), full)},
+                       rounds, warmup, timer)
+        del full
+        n_points = _grid_points(units)
+        rest: List[float] = []
+        for k in range(n_points):
+            widths, index = {}, {}
+            for p, u in units.items():
+                d, h, idx = _point(u, k)
+                if d is not None:
+                    widths[(CHANNELS, p)] = d
+                if h is not None:
+                    widths[(HIDDEN, p)] = h
+                index[p] = idx
+            net = pruned_copy(backbone, widths, dev, tdtype)
+            names = list(dict.fromkeys([u['timed'] for u in units.values()]
+                                       + [e for u in units.values() for e in u['extra']]))
+            cap = _capture(net, names, x)
+            fns = {n: (_call(m, a, kw), m) for n, (m, a, kw, _c) in cap.items()}
+            fns['[network]'] = (lambda: net(x), net)
+            times = _rounds(fns, rounds, warmup, timer)
+            med = {n: statistics.median(ts) * (cap[n][3] if n in cap else 1)
+                   for n, ts in times.items()}
+            unit_sum = 0.
+            for p, u in units.items():
+                t = med[u['timed']] + sum(med[e] for e in u['extra'])
+                unit_sum += t
+                idx = index[p]
+                slot = u['ms'][idx[0]] if len(idx) == 2 else u['ms']
+                pos = idx[-1]
+                if slot[pos] is None:
+                    slot[pos] = t
+                    u['spread'].append(_spread(times[u['timed']]))
+            rest.append(med['[network]'] - unit_sum)
+            del net, cap, fns
+            say(f'latency table {backbone.arch}: grid point {k + 1}/{n_points}, '
+                f'{time.perf_counter() - started:.1f} s')
+    const = statistics.median(rest)
+    spreads = [s for u in units.values() for s in u['spread']]
+    table = dict(
+        format=LATENCY_TABLE_FORMAT, arch=backbone.arch, family=backbone.family,
+        variant=backbone.variant, selection=selection_options(backbone),
+        input_shape=list(size), batch=int(batch), threads=used_threads, dtype=dtype,
+        device=dev.type, device_name=device_name(dev), torch=torch.__version__,
+        allocator=_ALLOCATOR['state'], unit_time='ms per call (one batch)',
+        scope='backbone forward', multiple_of=int(multiple_of), rounds=int(rounds),
+        warmup=int(warmup),
+        baseline_ms=statistics.median(ends['baseline']),
+        full_ms=statistics.median(ends['full']), const_ms=const,
+        units=[{k: v for k, v in u.items() if k != 'spread'} for u in units.values()],
+        dispersion=dict(
+            baseline_spread=_spread(ends['baseline']), full_spread=_spread(ends['full']),
+            unit_spread_median=statistics.median(spreads) if spreads else 0.,
+            unit_spread_max=max(spreads) if spreads else 0.,
+            const_ms_min=min(rest), const_ms_max=max(rest),
+            note='spread = (max - min) / median of a module\'s rounds; const_ms_min/max: the '
+                 'network minus its units over the grid points'),
+        grid_points=n_points, build_s=time.perf_counter() - started,
+        created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), validation=None)
+    LatencyCost(table)  # what was written can be read back
+    return table
+
+
+# ----------------------------------------------------------------------------- validation
+def random_widths(cost: LatencyCost, rng: random.Random,
+                  multiple_of: int = 8) -> Dict[Tuple[str, str], int]:
+    """A random width for every unit, uniform over [1, full], rounded up to a multiple of
+    ``multiple_of`` (capped at the full width) as the export rounds."""
+    m = max(1, int(multiple_of))
+    return {u: min(d, -(-rng.randint(1, d) // m) * m) for u, d in cost.unit_dims().items()}
+
+
+def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
+             rounds: int = 7, warmup: int = 1, multiple_of: int = 8,
+             timer: Optional[Timer] = None, seed: int = 0,
+             progress: Optional[Callable[[str], None]] = None) -> dict:
+    """The predictor's error on ``k`` random subnets (:func:`random_widths`): each subnet and
+    the baseline timed interleaved (``rounds`` rounds, medians) at the table's input size,
+    batch, threads, dtype and device; predicted ratio (the table's prediction over its
+    baseline) vs measured ratio (subnet over the baseline measured beside it).
+
+    Returns dict(rows=[...], mean_abs_error, max_abs_error, k, rounds): errors in ratio
+    points, i.e. fractions of the baseline latency."""
+    if k < 1:
+        raise ValueError(f'validate needs k >= 1 subnets, got {k}')
+    cost = LatencyCost.from_table(table, backbone)
+    dev = torch.device(table['device'])
+    tdtype = DTYPES[table['dtype']]
+    timer = timer or WallTimer(device=dev)
+    size = tuple(table['input_shape'])
+    in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn((int(table['batch']), in_ch) + size, generator=g).to(dev, tdtype)
+    rng = random.Random(seed)
+    base = baseline.to(dev, tdtype).eval()
+    rows = []
+    started = time.perf_counter()
+    with num_threads(table.get('threads')):
+        for i in range(k):
+            widths = random_widths(cost, rng, multiple_of)
+            sub = pruned_copy(backbone, widths, dev, tdtype)
+            t = _rounds({'baseline': (lambda: base(x), base), 'subnet': (lambda: sub(x), sub)},
+                        rounds, warmup, timer)
+            b, s = statistics.median(t['baseline']), statistics.median(t['subnet'])
+            pred = cost.ratio(cost.count(widths))
+            rows.append(dict(predicted_ratio=pred, measured_ratio=s / b, error=pred - s / b,
+                             baseline_ms=b, subnet_ms=s, predicted_ms=cost.count(widths),
+                             kept_channels=sum(w for (kind, _), w in widths.items()
+                                               if kind == CHANNELS),
+                             kept_hidden=sum(w for (kind, _), w in widths.items()
+                                             if kind == HIDDEN)))
+            del sub
+            if progress:
+                progress(f'validation {table["arch"]}: subnet {i + 1}/{k}: predicted '
+                         f'{pred:.3f}, measured {s / b:.3f} ({time.perf_counter() - started:.1f}'
+                         ' s)')
+    errs = [abs(r['error']) for r in rows]
+    return dict(k=k, rounds=rounds, multiple_of=multiple_of, seed=seed, rows=rows,
+                mean_abs_error=statistics.fmean(errs), max_abs_error=max(errs),
+                mean_error=statistics.fmean(r['error'] for r in rows),
+                created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),
+                note='errors in ratio points (fractions of the baseline latency): predicted '
+                     '(table) minus measured (subnet / baseline timed interleaved, medians)')
+
+
+# ----------------------------------------------------------------------------- files
+def load_table(path: str) -> dict:
+    """A latency table file (JSON; nothing in it is executed), checked: one
+    :class:`LatencyTableError` line naming the file and the problem when it is missing,
+    corrupt, truncated or not a table."""
+    if not os.path.isfile(path):
+        raise LatencyTableError(f'latency table not found: {path}')
+    try:
+        with open(path, encoding='utf-8') as f:
+            table = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LatencyTableError(f'{path}: not a valid latency table (corrupt or truncated JSON: '
+                                f'{e})') from e
+    try:
+        LatencyCost(table)
+        missing = [k for k in REQUIRED_KEYS if k not in table]
+        if missing:
+            raise LatencyTableError(f'missing {", ".join(missing)}')
+        shape = table['input_shape']
+        if (not isinstance(shape, list) or len(shape) != 2
+                or not all(isinstance(s, int) and s > 0 for s in shape)):
+            raise LatencyTableError('"input_shape" must be [H, W]')
+        if table['dtype'] not in DTYPES or table['device'] not in ('cpu', 'cuda'):
+            raise LatencyTableError(f'unknown dtype {table["dtype"]!r} or device '
+                                    f'{table["device"]!r}')
+    except LatencyTableError as e:
+        raise LatencyTableError(f'{path}: not a valid latency table ({e})') from e
+    return table
+
+
+def format_validation(v: dict) -> str:
+    lines = ['| subnet | predicted ratio | measured ratio | error |', '|---|---|---|---|']
+    for i, r in enumerate(v['rows']):
+        lines.append(f'| {i} | {r["predicted_ratio"]:.3f} | {r["measured_ratio"]:.3f} | '
+                     f'{r["error"]:+.3f} |')
+    lines.append(f'mean abs. error {v["mean_abs_error"]:.2%} of the baseline latency (max '
+                 f'{v["max_abs_error"]:.2%}, mean signed {v["mean_error"]:+.2%}), {v["k"]} '
+                 f'random subnets, {v["rounds"]} interleaved rounds each')
+    return '\n'.join(lines)

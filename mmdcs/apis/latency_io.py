@@ -1,0 +1,112 @@
+"""A config's latency table: what ``tools/analysis/latency_table.py`` (and any tool that needs a
+table for a config) shares — the supernet backbone and its baseline built from a config at an
+input size, the table measured and validated on this device, a table file read back for a
+config with one clear line on a mismatch.
+"""
+import copy
+from typing import Callable, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from mmdcs.analysis.latency_table import (DTYPES, build_table, device_name, format_validation,
+                                          load_table, validate)
+from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
+from .launch import UserError
+from .subnet_io import (backbone_cfg_of, build_model, config_input_size, load_task_config,
+                        require_supernet)
+
+Size = Tuple[int, int]
+
+#: backbone arguments of the selection: dropped to build the baseline of a supernet's config
+SELECTION_KEYS = ('subnet', 'select_hidden', 'theta_rank', 'gate_init', 'tau', 'qk_mask',
+                  'init_cfg')
+
+
+def config_backbones(config: str, shape: Optional[Sequence[int]] = None,
+                     cfg_options: Optional[dict] = None) -> Tuple[nn.Module, nn.Module, Size,
+                                                                   str]:
+    """(supernet backbone, baseline backbone, (H, W), where the size comes from) of a config:
+    the config's backbone (a DCS or KCR supernet; :class:`UserError` otherwise) and the same
+    backbone settings with ``variant='baseline'`` and no selection, both built for ``shape``
+    (default: the config's input size), random weights, eval mode."""
+    cfg, scope = load_task_config(config, cfg_options)
+    bcfg = copy.deepcopy(backbone_cfg_of(cfg.model))
+    bcfg.pop('init_cfg', None)
+    sup = require_supernet(build_model(copy.deepcopy(bcfg), scope), config)
+    if shape:
+        size, source = (int(shape[0]), int(shape[-1])), '--shape'
+    else:
+        size, source = config_input_size(cfg, sup)
+    extra = type(sup).size_kwargs(size)
+    if extra and tuple(sup.input_size) != size:
+        bcfg.update(extra)
+        sup = require_supernet(build_model(copy.deepcopy(bcfg), scope), config)
+    base_cfg = {k: v for k, v in bcfg.items() if k not in SELECTION_KEYS}
+    base_cfg['variant'] = 'baseline'
+    base = build_model(base_cfg, scope)
+    return sup.eval(), base.eval(), size, source
+
+
+def check_device(device: str, dtype: str) -> None:
+    if device not in ('cpu', 'cuda'):
+        raise UserError(f'--device must be cpu or cuda, got {device!r}')
+    if device == 'cuda' and not torch.cuda.is_available():
+        raise UserError('--device cuda: no CUDA device is available here (build the table on '
+                        'the machine it is for)')
+    if dtype not in DTYPES:
+        raise UserError(f'--dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
+
+
+def measure_table(sup: nn.Module, base: nn.Module, size: Size, batch: int = 1,
+                  threads: Optional[int] = 1, dtype: str = 'fp32', device: str = 'cpu',
+                  rounds: int = 5, multiple_of: int = 8, validate_k: int = 0,
+                  validate_rounds: int = 7, progress: Optional[Callable[[str], None]] = print
+                  ) -> dict:
+    """The latency table of ``sup`` measured here (and validated on ``validate_k`` random
+    subnets, kept in the table's ``validation``)."""
+    check_device(device, dtype)
+    table = build_table(sup, base, size, batch, threads, dtype, device, rounds,
+                        multiple_of=multiple_of, progress=progress)
+    if validate_k:
+        table['validation'] = validate(table, sup, base, validate_k, validate_rounds,
+                                       multiple_of=multiple_of, progress=progress)
+    return table
+
+
+def table_for(path: str, backbone: nn.Module, input_size: Optional[Sequence[int]] = None,
+              device: Optional[str] = None, threads: Optional[int] = None,
+              batch: Optional[int] = None, dtype: Optional[str] = None) -> LatencyCost:
+    """The :class:`LatencyCost` of a table file for ``backbone``: one :class:`UserError` line
+    when the file is missing, corrupt or for another arch / variant / selection / input size;
+    a warning naming both when it was measured on another device, thread count, batch or
+    dtype than the one given."""
+    try:
+        cost = LatencyCost.from_table(load_table(path), backbone, input_size)
+    except LatencyTableError as e:
+        msg = str(e)
+        raise UserError(msg if msg.startswith(path) else f'{path}: {msg}') from e
+    cost.context_warnings(device_name(torch.device(device)) if device else None, threads, batch,
+                          dtype)
+    return cost
+
+
+def summary(table: dict) -> str:
+    """What a table is and what it cost, in a few lines (printed by the tool)."""
+    cost = LatencyCost(table)
+    lines = [
+        f'{table["arch"]} ({table["variant"]}, selection {table["selection"]}) at '
+        f'{"x".join(map(str, table["input_shape"]))}, batch {table["batch"]}, '
+        f'{table["threads"]} thread(s), {table["dtype"]}, {table["device_name"]}, '
+        f'torch {table["torch"]}',
+        f'baseline {table["baseline_ms"]:.3f} ms, pruned network at full width '
+        f'{table["full_ms"]:.3f} ms (predicted {cost.ceiling:.3f}), constant '
+        f'{table["const_ms"]:.3f} ms; predicted floor (groups of {table["multiple_of"]}) '
+        f'{cost.ratio(cost.floor_at(table["multiple_of"])):.3f} of the baseline',
+        f'{len(table["units"])} units, {table["grid_points"]} grid points x {table["rounds"]} '
+        f'interleaved rounds; built in {table["build_s"]:.1f} s; spread of a unit\'s rounds: '
+        f'median {table["dispersion"]["unit_spread_median"]:.1%}, max '
+        f'{table["dispersion"]["unit_spread_max"]:.1%}']
+    if table.get('validation'):
+        lines += ['', format_validation(table['validation'])]
+    return '\n'.join(lines)
