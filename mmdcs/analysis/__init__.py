@@ -1,5 +1,6 @@
 """Reports on mmdcs models: parameters and FLOPs (:mod:`.complexity`), latency of pruned vs
-baseline (:mod:`.latency`), attention entropy/rank (:mod:`.attention`), Grad-CAM
+baseline (:mod:`.latency`; a model at a latency target: :mod:`.latency_target`), attention
+entropy/rank (:mod:`.attention`), Grad-CAM
 (:mod:`.gradcam`), IB and kernel-complexity reports (:mod:`.reports`), log plots (:mod:`.plots`).
 Loading a config's classifier, images and dataset batches for them is the tools' layer
 (:mod:`mmdcs.apis.loading`)."""

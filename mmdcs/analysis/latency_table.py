@@ -19,8 +19,10 @@ What is measured (:func:`build_table`):
   k-th grid point in one pruned network, so one network per grid point is built;
 * the **constant** — the time of everything no width changes — is the whole network's time
   minus its units', at every grid point; the table keeps their median (and their spread);
-* the **baseline** network (no selection) and the pruned network at full width, timed
-  interleaved.
+* the **baseline** network (no selection), timed in the rounds of every grid point too: a
+  shared machine's load drifts over minutes, so each grid point's times are scaled by the
+  baseline timed beside them (to the median of those baselines, the table's ``baseline_ms``);
+  the pruned network at full width is timed interleaved with the baseline at the start.
 
 Every timing is ``timer(fn, module)`` → seconds per call (injectable: the tests use a synthetic
 one; default :class:`WallTimer`), in ``rounds`` rounds that interleave every timed module of a
@@ -57,13 +59,29 @@ REQUIRED_KEYS = ('arch', 'variant', 'selection', 'input_shape', 'batch', 'thread
                  'device', 'device_name', 'torch')
 
 
+#: the clocks a :class:`WallTimer` reads: wall time, or the calling thread's CPU time
+CLOCKS = {'wall': time.perf_counter, 'thread': time.thread_time}
+
+
 class WallTimer:
     """Seconds per call of ``fn``: calls it until ``min_time`` has passed (at least once) and
-    divides; on CUDA synchronised before the first and after the last call."""
+    divides; on CUDA synchronised before the first and after the last call.
 
-    def __init__(self, min_time: float = 2e-3, device: Optional[torch.device] = None):
+    ``clock='thread'`` reads the calling thread's CPU time instead of the wall clock: with one
+    intra-op thread on the CPU every operator runs on the calling thread, so this is the time
+    the forward computes, without the time the scheduler gives other processes on a shared
+    machine (on a quiet machine the two agree). More threads, or CUDA: the wall clock."""
+
+    def __init__(self, min_time: float = 2e-3, device: Optional[torch.device] = None,
+                 clock: str = 'wall'):
+        if clock not in CLOCKS:
+            raise ValueError(f'clock must be one of {", ".join(CLOCKS)}, got {clock!r}')
         self.min_time = float(min_time)
         self.cuda = device is not None and torch.device(device).type == 'cuda'
+        if self.cuda and clock != 'wall':
+            raise ValueError('CUDA is timed with the wall clock')
+        self.clock_name = clock
+        self.clock = CLOCKS[clock]
 
     def _sync(self):
         if self.cuda:
@@ -71,15 +89,20 @@ class WallTimer:
 
     def __call__(self, fn: Callable[[], object], module: nn.Module) -> float:
         self._sync()
-        t0 = time.perf_counter()
+        t0 = self.clock()
         n = 0
         while True:
             fn()
             n += 1
             self._sync()
-            elapsed = time.perf_counter() - t0
+            elapsed = self.clock() - t0
             if elapsed >= self.min_time:
                 return elapsed / n
+
+
+def default_clock(device: str, threads: Optional[int]) -> str:
+    """``'thread'`` (the calling thread's CPU time) for one CPU thread, ``'wall'`` otherwise."""
+    return 'thread' if torch.device(device).type == 'cpu' and threads == 1 else 'wall'
 
 
 def width_grid(dim: int, multiple_of: int = 8) -> List[int]:
@@ -332,7 +355,8 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                          f'{batch}')
     dev = torch.device(device)
     tdtype = DTYPES[dtype]
-    timer = timer or WallTimer(device=dev)
+    clock = getattr(timer, 'clock_name', 'injected') if timer else default_clock(dev, threads)
+    timer = timer or WallTimer(device=dev, clock=clock)
     size = (int(input_size[0]), int(input_size[-1]))
     dims, hdims = _units(backbone)
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
@@ -348,7 +372,6 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
         u['ms'] = ([[None] * len(u['grid_hidden']) for _ in u['grid_channels']]
                    if u['grid_channels'] and u['grid_hidden']
                    else [None] * len(u['grid_channels'] or u['grid_hidden']))
-        u['spread'] = []
     say = progress or (lambda line: None)
     with num_threads(threads):
         used_threads = torch.get_num_threads()
@@ -365,7 +388,7 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                        rounds, warmup, timer)
         del full
         n_points = _grid_points(units)
-        rest: List[float] = []
+        points = []  # (baseline ms beside it, {path: (index, ms, spread)}, rest ms)
         for k in range(n_points):
             widths, index = {}, {}
             for p, u in units.items():
@@ -381,43 +404,58 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
             cap = _capture(net, names, x)
             fns = {n: (_call(m, a, kw), m) for n, (m, a, kw, _c) in cap.items()}
             fns['[network]'] = (lambda: net(x), net)
+            fns['[baseline]'] = (lambda: base(x), base)
             times = _rounds(fns, rounds, warmup, timer)
             med = {n: statistics.median(ts) * (cap[n][3] if n in cap else 1)
                    for n, ts in times.items()}
-            unit_sum = 0.
+            entries = {}
             for p, u in units.items():
                 t = med[u['timed']] + sum(med[e] for e in u['extra'])
-                unit_sum += t
-                idx = index[p]
-                slot = u['ms'][idx[0]] if len(idx) == 2 else u['ms']
-                pos = idx[-1]
-                if slot[pos] is None:
-                    slot[pos] = t
-                    u['spread'].append(_spread(times[u['timed']]))
-            rest.append(med['[network]'] - unit_sum)
+                entries[p] = (index[p], t, _spread(times[u['timed']]))
+            points.append((med['[baseline]'], entries,
+                           med['[network]'] - sum(e[1] for e in entries.values())))
             del net, cap, fns
             say(f'latency table {backbone.arch}: grid point {k + 1}/{n_points}, '
                 f'{time.perf_counter() - started:.1f} s')
+    # the load of a shared machine drifts over minutes: every grid point is scaled by the
+    # baseline timed in its own rounds (to the median of those baselines), so that the table
+    # is in one unit, the baseline's
+    baseline_ms = statistics.median(p[0] for p in points)
+    rest: List[float] = []
+    spreads: List[float] = []
+    for base_k, entries, rest_k in points:
+        scale = baseline_ms / base_k if base_k > 0 else 1.
+        rest.append(rest_k * scale)
+        for p, (idx, t, spread) in entries.items():
+            u = units[p]
+            slot = u['ms'][idx[0]] if len(idx) == 2 else u['ms']
+            if slot[idx[-1]] is None:
+                slot[idx[-1]] = t * scale
+                spreads.append(spread)
     const = statistics.median(rest)
-    spreads = [s for u in units.values() for s in u['spread']]
+    start_base = statistics.median(ends['baseline'])
+    base_ks = [p[0] for p in points]
     table = dict(
         format=LATENCY_TABLE_FORMAT, arch=backbone.arch, family=backbone.family,
         variant=backbone.variant, selection=selection_options(backbone),
         input_shape=list(size), batch=int(batch), threads=used_threads, dtype=dtype,
         device=dev.type, device_name=device_name(dev), torch=torch.__version__,
-        allocator=_ALLOCATOR['state'], unit_time='ms per call (one batch)',
+        allocator=_ALLOCATOR['state'], unit_time='ms per call (one batch)', clock=clock,
         scope='backbone forward', multiple_of=int(multiple_of), rounds=int(rounds),
-        warmup=int(warmup),
-        baseline_ms=statistics.median(ends['baseline']),
-        full_ms=statistics.median(ends['full']), const_ms=const,
-        units=[{k: v for k, v in u.items() if k != 'spread'} for u in units.values()],
+        warmup=int(warmup), baseline_ms=baseline_ms,
+        full_ms=statistics.median(ends['full']) * baseline_ms / start_base,
+        const_ms=const,
+        units=[dict(u) for u in units.values()],
         dispersion=dict(
+            baseline_ms_min=min(base_ks), baseline_ms_max=max(base_ks),
             baseline_spread=_spread(ends['baseline']), full_spread=_spread(ends['full']),
             unit_spread_median=statistics.median(spreads) if spreads else 0.,
             unit_spread_max=max(spreads) if spreads else 0.,
             const_ms_min=min(rest), const_ms_max=max(rest),
-            note='spread = (max - min) / median of a module\'s rounds; const_ms_min/max: the '
-                 'network minus its units over the grid points'),
+            note='every grid point scaled by the baseline timed in its rounds; '
+                 'baseline_ms_min/max: those baselines (the drift of the machine); spread = '
+                 '(max - min) / median of a module\'s rounds; const_ms_min/max: the network '
+                 'minus its units over the grid points'),
         grid_points=n_points, build_s=time.perf_counter() - started,
         created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), validation=None)
     LatencyCost(table)  # what was written can be read back
@@ -434,7 +472,7 @@ def random_widths(cost: LatencyCost, rng: random.Random,
 
 
 def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
-             rounds: int = 7, warmup: int = 1, multiple_of: int = 8,
+             rounds: int = 15, warmup: int = 1, multiple_of: int = 8,
              timer: Optional[Timer] = None, seed: int = 0,
              progress: Optional[Callable[[str], None]] = None) -> dict:
     """The predictor's error on ``k`` random subnets (:func:`random_widths`): each subnet and
@@ -449,7 +487,7 @@ def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
     cost = LatencyCost.from_table(table, backbone)
     dev = torch.device(table['device'])
     tdtype = DTYPES[table['dtype']]
-    timer = timer or WallTimer(device=dev)
+    timer = timer or WallTimer(device=dev, clock=default_clock(dev, table.get('threads')))
     size = tuple(table['input_shape'])
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     g = torch.Generator().manual_seed(seed)
@@ -479,6 +517,7 @@ def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
                          ' s)')
     errs = [abs(r['error']) for r in rows]
     return dict(k=k, rounds=rounds, multiple_of=multiple_of, seed=seed, rows=rows,
+                clock=getattr(timer, 'clock_name', 'injected'),
                 mean_abs_error=statistics.fmean(errs), max_abs_error=max(errs),
                 mean_error=statistics.fmean(r['error'] for r in rows),
                 created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),

@@ -4,15 +4,22 @@ input size, the table measured and validated on this device, a table file read b
 config with one clear line on a mismatch.
 """
 import copy
+import os
+import os.path as osp
 from typing import Callable, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
+from mmdcs.analysis.complexity import PAPER_VARIANT, backbone_class
+from mmdcs.analysis.latency import _size
 from mmdcs.analysis.latency_table import (DTYPES, build_table, device_name, format_validation,
                                           load_table, validate)
+from mmdcs.analysis.latency_target import latency_target_row
+from mmdcs.selection.budget import BudgetError
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
 from .launch import UserError
+from .outputs import write_json
 from .subnet_io import (backbone_cfg_of, build_model, config_input_size, load_task_config,
                         require_supernet)
 
@@ -61,7 +68,7 @@ def check_device(device: str, dtype: str) -> None:
 def measure_table(sup: nn.Module, base: nn.Module, size: Size, batch: int = 1,
                   threads: Optional[int] = 1, dtype: str = 'fp32', device: str = 'cpu',
                   rounds: int = 5, multiple_of: int = 8, validate_k: int = 0,
-                  validate_rounds: int = 7, progress: Optional[Callable[[str], None]] = print
+                  validate_rounds: int = 15, progress: Optional[Callable[[str], None]] = print
                   ) -> dict:
     """The latency table of ``sup`` measured here (and validated on ``validate_k`` random
     subnets, kept in the table's ``validation``)."""
@@ -110,3 +117,73 @@ def summary(table: dict) -> str:
     if table.get('validation'):
         lines += ['', format_validation(table['validation'])]
     return '\n'.join(lines)
+
+
+def table_file_name(arch: str, variant: str, size: Sequence[int], batch: int,
+                    threads: Optional[int], device: str, dtype: str,
+                    select_hidden=False) -> str:
+    """The file name a latency table is cached under in a ``--tables`` directory: everything
+    a table is valid for (arch, variant, selection, input size, batch, threads, device,
+    dtype)."""
+    hidden = '' if not select_hidden else '-hidden' if select_hidden is True else \
+        f'-hidden-{select_hidden}'
+    return (f'{arch}_{variant}{hidden}_{size[0]}x{size[-1]}_b{batch}_t{threads or 0}_{device}_'
+            f'{dtype}.json')
+
+
+def latency_target_rows(models: Sequence[str], target: float,
+                        batch_sizes: Sequence[int] = (1, 16), threads: Optional[int] = 1,
+                        device: str = 'cpu', dtype: str = 'fp32',
+                        tables: Optional[str] = None, force: bool = False,
+                        input_size=None, select_hidden=False, variant: Optional[str] = None,
+                        progress: Optional[Callable[[str], None]] = print, **options) -> list:
+    """:func:`mmdcs.analysis.latency_target.latency_target_row` of every model and batch size,
+    the tables read from (or, when missing, measured and written to) the directory ``tables``
+    (:func:`table_file_name`; None: measured and not kept). A table file that is corrupt or for
+    another supernet, a target the table cannot meet, a device that is not here: one
+    :class:`UserError` line. ``options``: the row's other arguments."""
+    check_device(device, dtype)
+    for arch in models:
+        try:
+            backbone_class(arch)
+        except ValueError as e:
+            raise UserError(str(e)) from e
+    if tables is not None:
+        if osp.exists(tables) and not osp.isdir(tables):
+            raise UserError(f'--tables {tables}: not a directory')
+        os.makedirs(tables, exist_ok=True)
+    rows = []
+    for arch in models:
+        var = variant or PAPER_VARIANT[backbone_class(arch).family]
+        size = _size(input_size, arch)
+        for batch in batch_sizes:
+            path = table = None
+            if tables is not None:
+                path = osp.join(tables, table_file_name(arch, var, size, batch, threads, device,
+                                                        dtype, select_hidden))
+                if osp.exists(path) and not force:
+                    try:
+                        table = load_table(path)
+                    except LatencyTableError as e:
+                        msg = str(e)
+                        raise UserError(msg if path in msg else f'{path}: {msg}') from e
+                    if progress:
+                        progress(f'{arch}: batch {batch}: table {path}')
+            try:
+                row = latency_target_row(arch, target, batch, threads, device, dtype,
+                                         variant=var, input_size=size,
+                                         select_hidden=select_hidden, table=table,
+                                         progress=progress, on_table=None if path is None
+                                         else lambda t, p=path: write_json(p, t, force=True),
+                                         **options)
+            except BudgetError as e:
+                raise UserError(f'{arch} (batch {batch}): {e}') from e
+            except LatencyTableError as e:
+                raise UserError(f'{path}: {e}') from e
+            row['table_file'] = path
+            rows.append(row)
+            if progress:
+                progress(f'{arch}: batch {batch}: predicted {row["predicted_ratio"]:.3f}, '
+                         f'measured {row["measured_ratio"]:.3f}, FLOPs {row["flops_ratio"]:.3f}, '
+                         f'params {row["params_ratio"]:.3f} ({row["seconds"]:.0f} s)')
+    return rows

@@ -8,13 +8,14 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmdcs.analysis.latency_table import (_units, build_table, extra_modules, load_table,
-                                          pruned_copy, random_widths, timed_modules, validate,
-                                          width_grid)
+from mmdcs.analysis.latency_table import (WallTimer, _units, build_table, default_clock,
+                                          extra_modules, load_table, pruned_copy, random_widths,
+                                          timed_modules, validate, width_grid)
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.models.backbones.mobilevit import MobileViT
 from mmdcs.models.backbones.vit import ViT, Block
-from mmdcs.selection.budget import CHANNELS, HIDDEN
+from mmdcs.selection.budget import (CHANNELS, HIDDEN, budget_subnet, hidden_magnitude_scores,
+                                    magnitude_scores)
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
 from mmdcs.selection.mlp import PrunedMLP
 from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
@@ -58,6 +59,18 @@ def test_width_grid():
     assert g[-1] == 1536 and all(w % 8 == 0 for w in g) and g == sorted(set(g))
 
 
+def test_clock_choice():
+    assert default_clock('cpu', 1) == 'thread'  # one thread: the calling thread's CPU time
+    assert default_clock('cpu', 2) == 'wall' and default_clock('cpu', None) == 'wall'
+    with pytest.raises(ValueError, match='clock'):
+        WallTimer(clock='cycles')
+    calls = []
+    for clock in ('wall', 'thread'):
+        t = WallTimer(min_time=0., clock=clock)(lambda: calls.append(1), nn.Identity())
+        assert t >= 0.
+    assert len(calls) == 2  # min_time 0: one call each
+
+
 def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
     sup, base = _vit()
     lines = []
@@ -65,6 +78,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
                         timer=synthetic_timer, progress=lines.append)
     assert lines and 'grid point' in lines[-1]
     assert table['baseline_ms'] == B and table['arch'] == 'deit-tiny'
+    assert table['clock'] == 'injected'
     assert table['selection']['select_hidden'] is True
     assert table['input_shape'] == [32, 32] and table['batch'] == 1 and table['threads'] == 1
     assert table['device_name'] and table['torch'] and table['dispersion']['unit_spread_max'] == 0
@@ -161,3 +175,23 @@ def test_corrupt_truncated_and_mismatched_tables_are_refused(tmp_path):
     with pytest.raises(LatencyTableError, match='input 32x32.*64x64'):
         LatencyCost.from_table(table, ViT('deit-tiny', variant='kcr', img_size=64))
     LatencyCost.from_table(table, sup)
+
+
+def test_the_export_greedy_meets_a_predicted_latency_budget():
+    """LatencyCost has LinearCost's interface: the joint ranking of the export
+    (budget_subnet) runs on it unchanged and lands within 1 % of the baseline below a
+    predicted latency target."""
+    sup, base = _vit()
+    table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=32,
+                        timer=synthetic_timer)
+    cost = LatencyCost.from_table(table, sup)
+    for target in (0.8, 0.6):
+        spec = budget_subnet(sup, 'vit', 'deit-tiny', 'kcr', magnitude_scores(sup), cost,
+                             target, multiple_of=8, hidden_scores=hidden_magnitude_scores(sup))
+        b = spec.meta['budget']
+        assert b['resource'] == 'latency' and b['ranked'] == 'channels and hidden units'
+        assert abs(b['achieved_ratio'] - target) <= 0.01
+        widths = {(CHANNELS, blk.name): blk.kept for blk in spec.blocks}
+        widths.update({(HIDDEN, h.name): h.kept for h in spec.hidden})
+        assert all(w % 8 == 0 for w in widths.values())
+        assert_close_scaled(cost.count(widths), b['achieved'], 1e-12)

@@ -47,6 +47,7 @@ def test_refusals_before_any_work(capsys, tmp_path):
 
 def test_small_run_writes_a_table_for_the_config(capsys, tmp_path):
     from mmdcs.apis.latency_io import config_backbones, table_for
+    from mmdcs.apis.launch import UserError
     out = tmp_path / 'table.json'
     code = None
     try:
@@ -67,3 +68,12 @@ def test_small_run_writes_a_table_for_the_config(capsys, tmp_path):
     assert cost.unit_dims()
     with pytest.warns(UserWarning, match='threads = 1.*threads = 2'):
         table_for(str(out), sup, size, threads=2)
+    # a table for another variant or input size: one line naming the file and what differs
+    dcs_config = osp.join(ROOT, 'configs/demo/dcs-mobilevit-xs_search_digits.py')
+    dcs, _, _, _ = config_backbones(dcs_config, (32, 32))
+    with pytest.raises(UserError, match=r'table.json: .*variant'):
+        table_for(str(out), dcs, size)
+    with pytest.raises(UserError, match='input 32x32.*64x64'):
+        table_for(str(out), sup, (64, 64))
+    with pytest.raises(UserError, match='not found'):
+        table_for(str(tmp_path / 'none.json'), sup, size)

@@ -15,6 +15,17 @@ widths rounded up to a multiple of 8 unless --multiple-of says otherwise):
 
     python tools/analysis/latency.py --target-flops 0.7 --select-hidden [all] [--hidden-only] ...
 
+At a latency target: each model's latency table on this device (read from --tables DIR when
+it holds one for the same model, input size, batch, threads, device and dtype; else measured and
+kept there), the budget subnet the table predicts at R (channels, with --select-hidden also hidden
+units, ranked jointly by weight magnitude of a randomly-initialised supernet per unit of predicted
+latency; widths in groups of 8), measured interleaved against the baseline; per model and batch:
+predicted ratio, measured ratio, FLOPs ratio, params ratio (--repeats defaults to 21 here):
+
+    python tools/analysis/latency.py --target-latency 0.7 [--tables DIR] [--models ...]
+        [--batch 1 16] [--threads 1] [--devices cpu cuda] [--dtype fp32|bf16|fp16]
+        [--select-hidden [all]] [--size N]
+
 An exported subnet (its arch is read from the file):
 
     python tools/analysis/latency.py --subnet work_dirs/.../subnet.json [--size N] ...
@@ -69,8 +80,17 @@ def parse_args(argv=None):
                    'tools/export_subnet.py --multiple-of; default 1, with --target-flops 8)')
     p.add_argument('--target-flops', type=unit_ratio, default=None, metavar='R',
                    help='random subnets at this FLOPs ratio to the baseline instead of --ratio')
+    p.add_argument('--target-latency', type=unit_ratio, default=None, metavar='R',
+                   help='the budget subnet a latency table predicts at this latency ratio, '
+                   'measured against the baseline (see --tables)')
+    p.add_argument('--tables', metavar='DIR', default=None,
+                   help='with --target-latency: read the latency tables from DIR (measured and '
+                   'written there when missing; --force measures them again)')
+    p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
+                   help='with --target-latency: the dtype of the table and the timing')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
-                   help='with --target-flops: also prune every MLP\'s hidden units; "all": '
+                   help='with --target-flops or --target-latency: also prune every MLP\'s '
+                   'hidden units; "all": '
                    'also the expanded channels of the convolutional inverted bottlenecks '
                    '(MobileViT MV2, EfficientViT MBConv)')
     p.add_argument('--hidden-only', action='store_true',
@@ -90,11 +110,12 @@ def parse_args(argv=None):
     p.add_argument('--size', type=positive_size, default=None,
                    help='input size (default: each model\'s nominal size, 224 or 256; in config '
                    'mode the config\'s)')
-    p.add_argument('--batch-sizes', type=positive_int, nargs='+', default=[1, 16])
+    p.add_argument('--batch-sizes', '--batch', type=positive_int, nargs='+', default=[1, 16])
     p.add_argument('--threads', type=positive_int, default=1,
                    help='CPU intra-op threads (torch.set_num_threads), default 1')
     p.add_argument('--warmup', type=non_negative_int, default=3)
-    p.add_argument('--repeats', type=positive_int, default=10, help='timed rounds (median taken)')
+    p.add_argument('--repeats', type=positive_int, default=None,
+                   help='timed rounds (median taken; default 10, with --target-latency 21)')
     p.add_argument('--number', type=positive_int, default=1, help='calls per timed round')
     p.add_argument('--devices', nargs='+', default=['cpu', 'cuda'], choices=['cpu', 'cuda'],
                    help='cuda is skipped when not available')
@@ -127,12 +148,24 @@ def parse_args(argv=None):
         p.error(f'--ratio must be in (0, 1], got {args.ratio}')
     if args.target_flops is not None and not 0 < args.target_flops <= 1:
         p.error(f'--target-flops must be in (0, 1], got {args.target_flops}')
-    if (args.select_hidden or args.hidden_only) and args.target_flops is None:
-        p.error('--select-hidden and --hidden-only go with --target-flops')
+    if args.repeats is None:
+        args.repeats = 21 if args.target_latency is not None else 10
+    if args.target_latency is not None:
+        if args.target_flops is not None or args.config or args.subnet or args.hidden_only:
+            p.error('--target-latency goes with --models, not --target-flops, --config, '
+                    '--subnet or --hidden-only')
+        if args.profile or args.modules or args.theta_fusion:
+            p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
+    elif args.tables or args.dtype != 'fp32':
+        p.error('--tables and --dtype go with --target-latency')
+    if args.select_hidden and args.target_flops is None and args.target_latency is None:
+        p.error('--select-hidden goes with --target-flops or --target-latency')
+    if args.hidden_only and args.target_flops is None:
+        p.error('--hidden-only goes with --target-flops')
     if args.hidden_only and not args.select_hidden:
         p.error('--hidden-only needs --select-hidden')
     if args.multiple_of is None:
-        args.multiple_of = 8 if args.target_flops is not None else 1
+        args.multiple_of = 8 if (args.target_flops or args.target_latency) is not None else 1
     if args.multiple_of < 1:
         p.error(f'--multiple-of must be a positive integer, got {args.multiple_of}')
     if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.number < 1:
@@ -191,7 +224,42 @@ def _config_pair(args):
     return sub.arch, base, sub, size
 
 
+def run_latency_target(args):
+    """--target-latency: the rows of mmdcs.apis.latency_io.latency_target_rows per device."""
+    import torch
+    from mmdcs.analysis.complexity import TABLE_MODELS
+    from mmdcs.analysis.latency import environment_note, keep_freed_memory
+    from mmdcs.analysis.latency_target import format_latency_target
+    from mmdcs.apis.latency_io import latency_target_rows
+    devices = [d for d in args.devices if d == 'cpu' or torch.cuda.is_available()] or \
+        args.devices  # CUDA skipped when absent, unless it is all that was asked for
+    if not args.system_malloc:
+        keep_freed_memory()
+    rows = []
+    t_all = time.perf_counter()
+    for device in devices:
+        rows += latency_target_rows(
+            args.models or list(TABLE_MODELS), args.target_latency, args.batch_sizes,
+            args.threads, device, args.dtype, args.tables, args.force, input_size=args.size,
+            select_hidden=args.select_hidden, multiple_of=args.multiple_of,
+            repeats=args.repeats, warmup=args.warmup, seed=args.seed,
+            progress=lambda line: print(line, flush=True))
+    text = format_latency_target(rows)
+    text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
+             'the latency table\'s; measured: the subnet (magnitude ranking of a '
+             f'randomly-initialised supernet) against the baseline, median of {args.repeats} '
+             'interleaved rounds.')
+    print('\n' + text)
+    print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
+    kept = [{k: v for k, v in r.items() if k != 'table'} for r in rows]
+    write_texts({args.out: text + '\n',
+                 args.json: json.dumps(dict(rows=kept), indent=1) + '\n'}, args.force)
+    return rows
+
+
 def run(args):
+    if args.target_latency is not None:
+        return run_latency_target(args)
     import torch
     from mmdcs.analysis.complexity import TABLE_MODELS, backbone_class
     from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,

@@ -43,8 +43,8 @@ def parse_args(argv=None):
                    help='time K random subnets end to end and report the predictor\'s error')
     p.add_argument('--rounds', type=positive_int, default=5,
                    help='interleaved timed rounds per grid point (medians; default 5)')
-    p.add_argument('--validate-rounds', type=positive_int, default=7,
-                   help='interleaved rounds per validated subnet (default 7)')
+    p.add_argument('--validate-rounds', type=positive_int, default=15,
+                   help='interleaved rounds per validated subnet (default 15)')
     p.add_argument('--multiple-of', type=positive_int, default=8,
                    help='grid step: widths are multiples of this (default 8)')
     p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,

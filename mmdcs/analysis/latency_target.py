@@ -1,0 +1,139 @@
+"""A paper model at a latency target (issue 23 item 6; docs/budgets.md): its latency table on
+this device (:func:`mmdcs.analysis.latency_table.build_table`, or a table given), the budget
+subnet that the table predicts at the target (:func:`mmdcs.selection.budget.budget_subnet`:
+channels and, with hidden-unit selection, hidden units ranked jointly per unit of predicted
+latency, widths in groups of ``multiple_of``), then that subnet **measured** against the baseline
+(interleaved rounds, medians: :func:`mmdcs.analysis.latency.time_models`), beside its FLOPs and
+parameter ratios.
+
+The supernet has random weights and is ranked by a registered scorer (default ``'magnitude'``:
+the L2 norm of every channel's and hidden unit's weights, :mod:`mmdcs.selection.importance`):
+which channels go does not change the time, only how many do, so a random supernet is a
+latency benchmark of the export, not of accuracy.
+
+* :func:`latency_target_row` — one model, one batch size: the row.
+* :func:`format_latency_target` — rows as a markdown table.
+"""
+import time
+from typing import Callable, Optional, Sequence, Union
+
+import torch
+
+from mmdcs.selection.importance import get_scorer
+from mmdcs.selection.budget import budget_subnet
+from mmdcs.selection.latency_cost import LatencyCost
+from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
+                         count_params)
+from .latency import _size, time_models
+from .latency_table import DTYPES, build_table, device_name
+
+#: the columns of :func:`format_latency_target`
+COLUMNS = ('model', 'variant', 'input', 'device', 'dtype', 'batch', 'threads', 'target',
+           'predicted_ratio', 'measured_ratio', 'flops_ratio', 'params_ratio', 'baseline_ms',
+           'pruned_ms')
+
+
+def supernet_pair(arch: str, variant: Optional[str] = None,
+                  input_size: Union[None, int, Sequence[int]] = None,
+                  select_hidden: Union[bool, str] = False, seed: int = 0):
+    """(supernet, baseline, (H, W), variant) of ``arch``: the paper's variant of the family
+    unless ``variant`` is given, ``select_hidden`` passed to the supernet, random weights
+    (``seed``), eval mode, both at ``input_size`` (default: the arch's nominal size)."""
+    cls = backbone_class(arch)
+    size = _size(input_size, arch)
+    variant = variant or PAPER_VARIANT[cls.family]
+    torch.manual_seed(seed)
+    kwargs = cls.size_kwargs(size)
+    if select_hidden:
+        kwargs['select_hidden'] = select_hidden
+    sup = cls(arch, variant=variant, **kwargs).eval()
+    base = build_backbone(arch, 'baseline', None, size).eval()
+    return sup, base, size, variant
+
+
+def latency_target_row(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
+                       device: str = 'cpu', dtype: str = 'fp32', *,
+                       variant: Optional[str] = None,
+                       input_size: Union[None, int, Sequence[int]] = None,
+                       select_hidden: Union[bool, str] = False, method: str = 'magnitude',
+                       multiple_of: int = 8, table: Optional[dict] = None,
+                       table_rounds: int = 5, table_timer: Optional[Callable] = None,
+                       repeats: int = 21, warmup: int = 3, timer: Optional[Callable] = None,
+                       seed: int = 0, progress: Optional[Callable[[str], None]] = None,
+                       on_table: Optional[Callable[[dict], None]] = None) -> dict:
+    """One paper model at a latency target on this device.
+
+    Args:
+        arch: e.g. ``'mobilevit-xs'``; variant, input_size, select_hidden, seed: the supernet
+            (:func:`supernet_pair`).
+        target: the latency ratio to the baseline asked for, in (floor, ceiling) of the table
+            (:class:`~mmdcs.selection.budget.BudgetError` otherwise, one line).
+        batch, threads, device, dtype: where the table is measured and the subnet timed.
+        method: the registered scorer the channels are ranked by.
+        multiple_of: kept widths in groups of it (and the table's grid step).
+        table: a table measured before for this supernet (checked against it,
+            :meth:`LatencyCost.from_table`); None: built here (``table_rounds`` rounds per grid
+            point, ``table_timer``: :func:`build_table`'s ``timer``).
+        repeats, warmup: the measurement's interleaved rounds (medians) and untimed calls;
+            ``timer``: a replacement of :func:`~mmdcs.analysis.latency.time_models` with its
+            signature (e.g. a synthetic one in tests).
+        progress: called with the table builder's progress lines; ``on_table``: with a table
+            built here, before the budget (which may refuse the target), e.g. to keep it.
+
+    Returns:
+        dict with the :data:`COLUMNS` (``*_ratio`` of the pruned backbone to the baseline's;
+        ``baseline_ms``/``pruned_ms``: measured medians per call), ``predicted_ms``,
+        ``rounds``, ``device_name``, ``spec`` (the subnet, a dict), ``table`` (the table used),
+        ``table_built`` (whether it was measured here) and ``seconds``.
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
+    t0 = time.perf_counter()
+    sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed)
+    built = table is None
+    if built:
+        table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
+                            multiple_of=multiple_of, timer=table_timer, seed=seed,
+                            progress=progress)
+        if on_table is not None:
+            on_table(table)
+    cost = LatencyCost.from_table(table, sup, size)
+    scorer = get_scorer(method)
+    scores, hidden_scores = scorer(sup, model=sup)
+    spec = budget_subnet(sup, sup.family, arch, variant, scores, cost, target, multiple_of,
+                         hidden_scores=hidden_scores, normalize=scorer.normalize, method=method)
+    torch.manual_seed(seed)
+    pruned = build_backbone(arch, spec.variant, spec, size).eval()
+    flops_ratio = count_flops(pruned, size) / count_flops(base, size)
+    params_ratio = count_params(pruned) / count_params(base)
+
+    dev, tdtype = torch.device(device), DTYPES[dtype]
+    in_ch = next((m.in_channels for m in base.modules() if isinstance(m, torch.nn.Conv2d)), 3)
+    x = torch.randn((int(batch), in_ch) + tuple(size),
+                    generator=torch.Generator().manual_seed(seed)).to(dev, tdtype)
+    models = dict(baseline=base.to(dev, tdtype), pruned=pruned.to(dev, tdtype))
+    t = (timer or time_models)(models, x, warmup=warmup, repeats=repeats,
+                               threads=threads if dev.type == 'cpu' else None)
+    b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
+    b = spec.meta['budget']
+    return dict(model=arch, variant=variant, input=f'{size[0]}x{size[1]}', device=device,
+                device_name=device_name(dev), dtype=dtype, batch=int(batch), threads=threads,
+                target=float(target), predicted_ratio=float(b['achieved_ratio']),
+                predicted_ms=float(b['achieved']), measured_ratio=p_ms / b_ms,
+                flops_ratio=flops_ratio, params_ratio=params_ratio, baseline_ms=b_ms,
+                pruned_ms=p_ms, rounds=int(repeats), method=method, spec=spec.to_dict(),
+                table=table, table_built=built, seconds=time.perf_counter() - t0)
+
+
+def format_latency_target(rows: Sequence[dict]) -> str:
+    """Markdown table of :func:`latency_target_row` rows."""
+    lines = ['| model | variant | input | device | dtype | batch | threads | target | predicted '
+             '| measured | FLOPs ratio | params ratio | baseline ms | pruned ms |',
+             '|' + '---|' * 14]
+    for r in rows:
+        lines.append(
+            f'| {r["model"]} | {r["variant"]} | {r["input"]} | {r["device"]} | {r["dtype"]} | '
+            f'{r["batch"]} | {r["threads"]} | {r["target"]:.2f} | {r["predicted_ratio"]:.3f} '
+            f'| {r["measured_ratio"]:.3f} | {r["flops_ratio"]:.3f} | {r["params_ratio"]:.3f} '
+            f'| {r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |')
+    return '\n'.join(lines)

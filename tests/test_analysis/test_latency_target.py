@@ -1,0 +1,79 @@
+"""A model at a latency target (mmdcs.analysis.latency_target) with synthetic timers (no timing
+assertions): the table built with a synthetic timer, the budget subnet it predicts within ±1 % of
+the target, the measured column taken from the injected timer, the FLOPs and params ratios those
+of the built subnet; a table given is used (not rebuilt) and one of another supernet refused."""
+import pytest
+
+from mmdcs.analysis.complexity import build_backbone, count_flops, count_params
+from mmdcs.analysis.latency_target import format_latency_target, latency_target_row
+from mmdcs.selection import SubnetSpec
+from mmdcs.selection.latency_cost import LatencyTableError
+from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
+from test_latency_table import synthetic_ms, synthetic_timer  # noqa: E402
+
+SIZE = (32, 32)
+
+
+def fake_time_models(models, inputs, warmup=3, repeats=10, threads=None, **kw):
+    """time_models' signature; ms per call = the synthetic model of the table's timer, doubled
+    for the pruned one's so that the measured ratio is not the predicted one."""
+    calls.append(dict(batch=inputs.shape[0], repeats=repeats, threads=threads))
+    out = {}
+    for name, m in models.items():
+        ms = synthetic_ms(m) * (2. if name == 'pruned' else 1.)
+        out[name] = dict(median_ms=ms, ms_per_image=ms / inputs.shape[0], threads=threads)
+    return out
+
+
+calls = []
+
+
+@pytest.fixture(scope='module')
+def table():
+    """deit-tiny KCR with hidden units at 32x32, batch 2, measured with the synthetic timer."""
+    row = latency_target_row('deit-tiny', 0.7, batch=2, threads=1, input_size=SIZE,
+                             select_hidden=True, table_rounds=1, table_timer=synthetic_timer,
+                             repeats=1, warmup=0, timer=fake_time_models)
+    assert row['table_built'] and row['table']['batch'] == 2
+    return row['table']
+
+
+@pytest.mark.parametrize('target', [0.6, 0.8])
+def test_row_fields_are_consistent(target, table):
+    calls.clear()
+    row = latency_target_row('deit-tiny', target, batch=2, threads=1, input_size=SIZE,
+                             select_hidden=True, table=table, repeats=3, warmup=0,
+                             timer=fake_time_models)
+    # predicted within ±1 % (of the baseline) of the target, in groups of 8
+    assert abs(row['predicted_ratio'] - target) <= 0.01
+    assert not row['table_built']
+    spec = SubnetSpec.coerce(row['spec'])
+    assert spec.meta['budget']['resource'] == 'latency' and spec.hidden  # hidden units ranked
+    assert all(b.kept % 8 == 0 or b.kept == b.dim for b in spec.blocks)
+    # the measured column is the timer's: the pruned backbone's synthetic ms (x2) over the
+    # baseline's, timed once at the batch and threads asked for
+    pruned = build_backbone('deit-tiny', spec.variant, spec, SIZE).eval()
+    base = build_backbone('deit-tiny', 'baseline', None, SIZE).eval()
+    assert calls == [dict(batch=2, repeats=3, threads=1)]
+    assert_close_scaled(row['measured_ratio'], 2 * synthetic_ms(pruned) / synthetic_ms(base))
+    assert_close_scaled(row['baseline_ms'], synthetic_ms(base))
+    # the synthetic table's prediction is the synthetic model of the built subnet
+    assert_close_scaled(row['predicted_ratio'], synthetic_ms(pruned) / synthetic_ms(base),
+                        rel=1e-6)
+    assert_close_scaled(row['flops_ratio'], count_flops(pruned, SIZE) / count_flops(base, SIZE))
+    assert_close_scaled(row['params_ratio'], count_params(pruned) / count_params(base))
+    assert row['flops_ratio'] < 1 and row['params_ratio'] < 1
+    text = format_latency_target([row])
+    assert f'| {row["predicted_ratio"]:.3f} | {row["measured_ratio"]:.3f} |' in text
+
+
+def test_a_given_table_is_used_and_another_supernets_refused(table):
+    def no_build(*a, **k):
+        raise AssertionError('the table given must be used')
+    row = latency_target_row('deit-tiny', 0.7, batch=2, input_size=SIZE, select_hidden=True,
+                             table=table, table_timer=no_build, repeats=1, warmup=0,
+                             timer=fake_time_models)
+    assert not row['table_built'] and row['table'] is table
+    with pytest.raises(LatencyTableError):  # the table is for select_hidden=True
+        latency_target_row('deit-tiny', 0.7, input_size=SIZE, table=table, repeats=1,
+                           warmup=0, timer=fake_time_models)

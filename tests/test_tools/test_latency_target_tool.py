@@ -1,0 +1,96 @@
+"""tools/analysis/latency.py --target-latency with synthetic timers (the table builder's and the
+measurement's replaced; no assertion on any time): the table measured once and kept in --tables,
+read back on the next run; the printed row and the JSON agree; bad input is one line, exit 2."""
+import json
+
+import pytest
+
+import mmdcs.analysis.latency_table as latency_table
+import mmdcs.analysis.latency_target as latency_target
+from _tools import load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
+from mmdcs.models.backbones.base import SelectableBackbone
+from mmdcs.selection.mlp import PrunedMLP
+
+TOOL = 'tools/analysis/latency.py'
+ARGS = ['--models', 'deit-tiny', '--size', '32', '--select-hidden', '--batch', '1',
+        '--devices', 'cpu', '--repeats', '3', '--warmup', '0']
+
+
+def synthetic_ms(module):
+    """ms of a call: 9 for the baseline; 2 + bilinear MLP costs for a (pruned) network."""
+    if isinstance(module, SelectableBackbone) and module.variant == 'baseline':
+        return 9.
+    total = 2. if isinstance(module, SelectableBackbone) else 0.
+    for m in module.modules():
+        if isinstance(m, PrunedMLP):
+            total += 0.01 + 0.001 * m.kept + 0.0005 * m.hidden_features + \
+                2e-5 * m.kept * m.hidden_features
+    return total
+
+
+def synthetic_timer(fn, module):
+    return synthetic_ms(module) / 1e3
+
+
+def fake_time_models(models, inputs, warmup=3, repeats=10, threads=None, **kw):
+    return {n: dict(median_ms=synthetic_ms(m) * (1.1 if n == 'pruned' else 1.),
+                    threads=threads) for n, m in models.items()}
+
+
+@pytest.fixture
+def synthetic(monkeypatch):
+    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
+    monkeypatch.setattr(latency_target, 'time_models', fake_time_models)
+
+
+def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
+    tables = tmp_path / 'tables'
+    rows = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7', '--tables', str(tables),
+                                        '--json', str(tmp_path / 'rows.json')])
+    out = capsys.readouterr().out
+    (name, ) = [p.name for p in tables.iterdir()]
+    assert name == 'deit-tiny_kcr-hidden_32x32_b1_t1_cpu_fp32.json'
+    (row, ) = rows
+    assert row['table_built'] and abs(row['predicted_ratio'] - 0.7) <= 0.01
+    assert f'| {row["predicted_ratio"]:.3f} | {row["measured_ratio"]:.3f} | ' \
+           f'{row["flops_ratio"]:.3f} | {row["params_ratio"]:.3f} |' in out
+    (saved, ) = json.loads((tmp_path / 'rows.json').read_text())['rows']
+    assert saved['measured_ratio'] == row['measured_ratio'] and 'table' not in saved
+
+    def no_timing(**kw):
+        raise AssertionError('the kept table must be read, not measured again')
+    monkeypatch.setattr(latency_table, 'WallTimer', no_timing)
+    (again, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.8', '--tables',
+                                             str(tables)])
+    assert not again['table_built'] and again['table_file'] == str(tables / name)
+    assert abs(again['predicted_ratio'] - 0.8) <= 0.01
+    # below the table's floor: one line naming it, exit 2
+    code, err = run_main(TOOL, ARGS + ['--target-latency', '0.05', '--tables', str(tables)],
+                         capsys, cwd=None)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and 'cannot be met' in lines[0], err
+    assert 'floor' in lines[0]
+
+
+@pytest.mark.parametrize('extra, match', [
+    (['--target-latency', '1.5'], 'target-latency'),
+    (['--target-latency', '0.7', '--target-flops', '0.7'], '--target-latency goes with'),
+    (['--tables', 'x'], '--tables and --dtype go with --target-latency'),
+])
+def test_bad_input_is_one_line(extra, match, synthetic, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_main(TOOL, ARGS + extra, capsys, cwd=None)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and match in lines[0], err
+
+
+def test_a_corrupt_kept_table_is_one_line(synthetic, tmp_path, capsys):
+    tables = tmp_path / 'tables'
+    tables.mkdir()
+    bad = tables / 'deit-tiny_kcr-hidden_32x32_b1_t1_cpu_fp32.json'
+    bad.write_text('{"arch": "deit-tiny", ')
+    code, err = run_main(TOOL, ARGS + ['--target-latency', '0.7', '--tables', str(tables)],
+                         capsys, cwd=None)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and str(bad) in lines[0], err
+    assert bad.read_text() == '{"arch": "deit-tiny", '  # not overwritten
