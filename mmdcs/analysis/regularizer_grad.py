@@ -84,7 +84,8 @@ def gradient_shares(model: nn.Module, reg: Regularizer, batches: Iterable[Tuple[
             a = [g for g, h in zip(g_ce, is_head) if h == keep]
             b = [g for g, h in zip(g_reg, is_head) if h == keep]
             split[f'ratio_{part}'] = _norm(b) / max(_norm(a), 1e-30)
-        row = dict(ce=float(ce), term=float(term), grad_ce=n_ce, grad_reg=n_reg,
+        row = dict(ce=float(ce.detach()), term=float(term.detach()), grad_ce=n_ce,
+                   grad_reg=n_reg,
                    ratio=n_reg / max(n_ce, 1e-30),
                    cos=_dot(g_ce, g_reg) / max(n_ce * n_reg, 1e-30), **split)
         if max_norm is not None:

@@ -118,3 +118,55 @@ def test_search_runs_under_ddp_two_gloo_processes(tiny_digits, tmp_path):
     ckpt = load_checkpoint_file(osp.join(work, 'epoch_1.pth'))
     assert set(ckpt['optimizer']) >= {'weight', 'arch'} or 'weight.state' in str(
         list(ckpt['optimizer'])[:4])
+
+
+def test_hook_ramps_eta_by_iteration_and_the_loss_uses_it():
+    """RegularizerHook sets model.reg_scale = eta_ramp(iteration) before every iteration (a
+    function of runner.iter, so a resumed run gets the same value) and logs η in force; the
+    classifier's loss_kcr is η·reg_scale·KCR_j (method.md §4.3)."""
+    import types
+    from mmdcs.engine.hooks import RegularizerHook
+    from mmdcs.regularizers import eta_ramp
+    from mmpretrain.structures import DataSample
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(dict(
+            type='mmdcs.ChannelSelectionClassifier',
+            backbone=dict(type='mmdcs.ViT', arch='deit-tiny', img_size=32),
+            head=dict(type='LinearClsHead', num_classes=10, in_channels=192,
+                      loss=dict(type='CrossEntropyLoss')),
+            data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
+            regularizer=dict(type='kcr', eta=2., t_warm=1, ramp=2.)))
+    assert model.reg_cfg == dict(type='kcr', eta=2., t_warm=1, ramp=2.)
+    logged = {}
+    hub = types.SimpleNamespace(update_scalar=lambda k, v: logged.__setitem__(k, v))
+    loop = types.SimpleNamespace(dataloader=[None] * 5)
+    runner = types.SimpleNamespace(model=model, train_loop=loop, message_hub=hub, iter=0)
+    hook = RegularizerHook()
+    for it in range(20):
+        runner.iter = it
+        hook.before_train_iter(runner, it % 5)
+        assert model.reg_scale == eta_ramp(it, 5, 1, 2.)
+        assert logged['train/reg_eta'] == pytest.approx(2. * model.reg_scale)
+    assert [eta_ramp(i, 5, 1, 2.) for i in (4, 5, 9, 14)] == [0, 0.1, 0.5, 1]
+
+    g = torch.Generator().manual_seed(0)
+    imgs = [torch.randint(0, 255, (3, 32, 32), generator=g, dtype=torch.uint8)
+            for _ in range(8)]
+    data = model.data_preprocessor(dict(
+        inputs=imgs, data_samples=[DataSample().set_gt_label(i % 10) for i in range(8)]), True)
+    model.train()
+    with torch.no_grad():  # one epoch of statistics, then the term with a known weight
+        model.regularizer.begin_epoch()
+        model(**data, mode='loss')
+        model.regularizer.end_epoch()
+        model.reg_active = True
+        feats = model.head.pre_logits(model.extract_feat(data['inputs']))
+        labels = torch.arange(8) % 10
+        for scale in (0.3, 1.0):
+            model.reg_scale = scale
+            torch.manual_seed(1)
+            got = model(**data, mode='loss')['loss_kcr']
+            torch.manual_seed(1)
+            feats = model.head.pre_logits(model.extract_feat(data['inputs']))
+            term = model.regularizer.batch_loss(feats, labels)['loss']
+            assert float(got) == pytest.approx(2. * scale * float(term), rel=1e-5)

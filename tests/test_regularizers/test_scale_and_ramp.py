@@ -93,7 +93,7 @@ def test_normalised_kcr_gradient_has_no_radial_part():
         reg = _filled(dict(type='kcr', gamma=0.25, normalize=normalize), f, y, f.shape[1])
         x = f[:40].clone().requires_grad_(True)
         reg.batch_loss(x, y[:40])['loss'].backward()
-        radial = (x.grad * x.detach()).sum(1).abs() / (x.grad.norm(dim=1) * x.norm(dim=1))
+        radial = (x.grad * x.detach()).sum(1).abs() / (x.grad.norm(dim=1) * x.detach().norm(dim=1))
         if radial_zero:
             assert float(radial.max()) < 1e-9
         else:
