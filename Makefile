@@ -2,6 +2,8 @@
 #   make demo   search -> export -> retrain -> downstream demo on the embedded digits data
 #   make test   the whole test suite
 #   make demo-peers   DCS, KCR, OFB and DynamicViT compared on DeiT-Tiny (same data and schedule)
+#   make compare   DCS, KCR, magnitude and uniform pruning of DeiT-Tiny at 0.9 and 0.7 FLOPs,
+#                  3 seeds (tools/analysis/compare_methods.py; resumable, work_dirs/compare)
 # Both run `make setup` first: an idempotent install of the venv (.venv) and the patched mmcv
 # build (cached in ~/.cache/mmdcs), which does nothing once done.
 SHELL := /bin/bash
@@ -11,7 +13,7 @@ export MMDCS_VENV := $(VENV)
 # pytest workers (2 cores here); set PYTEST_WORKERS=0 to run in one process
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo demo-peers test clean-venv
+.PHONY: setup demo demo-peers compare test clean-venv
 
 setup:
 	@bash tools/setup_env.sh
@@ -21,6 +23,15 @@ demo: setup
 
 demo-peers: setup
 	$(PY) tools/demo.py --peers
+
+# the default comparison: 1 baseline + 2 budgets x (DCS, KCR: search + retrain; magnitude,
+# uniform: retrain) = 13 trainings of 4 epochs on all the digits per seed, 39 in all
+COMPARE_OUT ?= work_dirs/compare
+compare: setup
+	$(PY) tools/data/build_digits.py --out data/digits --skip-existing
+	$(PY) tools/analysis/compare_methods.py --models deit-tiny \
+		--methods dcs kcr magnitude uniform --budgets 0.9 0.7 --seeds 0 1 2 \
+		--epochs 4 --train-images 0 --out $(COMPARE_OUT)
 
 test: setup
 	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider

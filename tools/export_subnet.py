@@ -38,6 +38,7 @@ subnet.json with the table's identity. The ranking methods (``--method``) are th
 This script only parses and prints: the export is one call,
 :func:`mmdcs.apis.export.export_subnet`.
 """
+import json
 import os.path as osp
 import sys
 
@@ -49,7 +50,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
                                positive_int, positive_size, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument
-from mmdcs.selection.importance import SCORERS
+from mmdcs.selection.importance import SCORERS, widths_of
 
 #: the budgets the tool can aim at: --target-flops, --target-params, --target-latency
 TARGETS = ('flops', 'params', 'latency')
@@ -95,6 +96,15 @@ def parse_args(argv=None):
                             f'{s.name}: {s.help}' + (' (a baseline checkpoint; needs a target)'
                                                       if s.baseline else '')
                             for s in SCORERS.values()))
+    parser.add_argument('--seed', type=int, default=0,
+                        help='--method random: the seed of the channels drawn; taylor: of the '
+                        'training images (default: %(default)s)')
+    parser.add_argument('--widths-from', metavar='SUBNET',
+                        help='--method random: keep as many channels per block as this '
+                        'subnet.json (e.g. a searched subnet at the same budget)')
+    parser.add_argument('--taylor-batches', type=positive_int, default=4, metavar='N',
+                        help='--method taylor: training batches of 32 whose gradients are '
+                        'accumulated (default: %(default)s)')
     parser.add_argument(
         '--cfg-options', nargs='+', action=ConfigOptions,
         help='override settings of the config, key=value')
@@ -108,7 +118,7 @@ def parse_args(argv=None):
 def export(args):
     """Export as the parsed arguments say (:func:`mmdcs.apis.export.export_subnet`); prints the
     report and returns the :class:`~mmdcs.apis.export.ExportResult`'s dict."""
-    from mmdcs.apis.export import export_subnet
+    from mmdcs.apis.export import export_subnet, train_batches
     target = _target(args)
     latency = target is not None and target[0] == 'latency'
     table = getattr(args, 'latency_table', None)
@@ -121,6 +131,16 @@ def export(args):
     multiple_of = args.multiple_of if args.multiple_of is not None else 8 if latency else 1
     measure = getattr(args, 'measure', None)
     set_checkpoint_trust(args)
+    options = dict(seed=getattr(args, 'seed', 0))
+    widths_from = getattr(args, 'widths_from', None)
+    if widths_from:
+        if args.method != 'random':
+            raise UserError('--widths-from is for --method random')
+        try:
+            with open(widths_from) as f:
+                options['widths'] = widths_of(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UserError(f'--widths-from {widths_from}: not a readable subnet.json ({e})')
     result = export_subnet(
         args.config, args.checkpoint, args.out, method=args.method, target=target,
         cost_options=dict(latency_table=table) if latency else None,
@@ -128,7 +148,9 @@ def export(args):
         verify=not args.no_verify, fmt=getattr(args, 'format', 'pth'),
         force=getattr(args, 'force', False), measure=latency if measure is None else measure,
         measure_options=dict(repeats=getattr(args, 'measure_rounds', 21),
-                             threads=getattr(args, 'threads', None)))
+                             threads=getattr(args, 'threads', None)),
+        batches=train_batches(getattr(args, 'taylor_batches', 4), seed=options['seed']),
+        scorer_options=options)
     for line in result.lines:
         print(line)
     for line in result.warnings:

@@ -29,8 +29,9 @@ from mmdcs.analysis.latency import time_models
 from mmdcs.analysis.latency_table import device_name
 from mmdcs.selection import file_sha256, prunable_modules
 from mmdcs.selection.budget import BudgetError, budget_subnet, build_cost
-from mmdcs.selection.importance import get_scorer, scorer_names
+from mmdcs.selection.importance import get_scorer, scorer_names, widths_subnet
 from .launch import UserError
+from .loading import dataset_batches
 from .outputs import atomic_outputs, check_output_dir, refuse_overwrite
 from .subnet_io import (backbone_cfg_of, backbone_prefix, block_summary, build_model,
                         complexity_lines, config_input_size, export_meta, human,
@@ -157,13 +158,27 @@ def _cost(counted: nn.Module, resource: str, shape, cost, options: dict, costs: 
         raise UserError(str(e) if what in str(e) else f'{what}: {e}') from e
 
 
+def train_batches(n: int = 4, batch_size: int = 32, seed: int = 0) -> Callable:
+    """``batches(cfg, model, scope)`` for :func:`export_subnet`: ``n`` batches of a seeded
+    random subset of the config's training set (the test pipeline: no augmentation),
+    preprocessed by the model's data preprocessor, as ``(inputs, labels)``."""
+    def batches(cfg, model, scope):
+        if not hasattr(model, 'head'):
+            raise UserError('this ranking method needs a classifier config (its loss on the '
+                            'training data)')
+        return dataset_batches(cfg, model, scope, 'train', max_images=n * batch_size,
+                               batch_size=batch_size, seed=seed)
+    return batches
+
+
 def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = 'alpha',
                   target: Optional[Tuple[str, float]] = None, cost=None,
                   cost_options: Optional[dict] = None, multiple_of: int = 1,
                   shape: Union[None, Sequence[int]] = None, cfg_options: Optional[dict] = None,
                   verify: bool = True, fmt: str = 'pth', force: bool = False,
                   measure: bool = False, measure_options: Optional[dict] = None,
-                  batches: Union[None, Sequence, Callable] = None) -> ExportResult:
+                  batches: Union[None, Sequence, Callable] = None,
+                  scorer_options: Optional[dict] = None) -> ExportResult:
     """Export the subnet of ``checkpoint`` (a supernet's, or a baseline's for a scorer that
     reads one) to ``out_dir``.
 
@@ -189,7 +204,10 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
             :func:`mmdcs.analysis.latency.time_models`); ``measure_options``: its keyword
             arguments (``repeats``, ``warmup``, ``threads`` and ``batch``: by default the latency
             table's, else 1; ``timer``: a replacement of ``time_models`` with its signature).
-        batches: data for a scorer that needs it (an iterable of batches, or a callable).
+        batches: data for a scorer that needs it (an iterable of batches, or a callable
+            ``batches(cfg, model, scope)`` returning one, called with the config and the model
+            loaded here: e.g. :func:`train_batches`).
+        scorer_options: more context of the scorer (``seed`` and ``widths`` of ``'random'``).
     """
     shape = shape_arg(shape)
     if isinstance(multiple_of, bool) or not isinstance(multiple_of, int) or multiple_of < 1:
@@ -242,12 +260,24 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
         costs = {r: complexity.calibrate_cost(counted_model, r, shape) for r in COUNTED}
         if budget_cost is None:
             budget_cost = _cost(counted_model, resource, shape, cost, options, costs)
-        ctx = dict(model=model, batches=batches) if scorer.needs_data else dict(model=model)
+        ctx = dict(scorer_options or {}, model=model)
+        if scorer.needs_data:
+            ctx['batches'] = batches(cfg, model, scope) if callable(batches) else batches
         scores, hidden_scores = scorer(backbone, **ctx)
-        # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
-        spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant, scores,
-                             budget_cost, ratio, multiple_of, hidden_scores=hidden_scores,
-                             normalize=scorer.normalize, method=method, **meta)
+        if scorer.widths is not None:  # the scorer's own widths, its scores inside each block
+            budget = budget_cost.check_target(ratio, f'--target-{resource}', multiple_of)
+            kept, hidden_kept = scorer.widths(budget_cost, budget, multiple_of, **ctx)
+            spec = widths_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
+                                 budget_cost, ratio, kept, hidden_kept, scores, hidden_scores,
+                                 method, multiple_of, **meta)
+            if 'seed' in ctx and method == 'random':
+                spec.meta['seed'] = int(ctx['seed'])
+        else:
+            # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
+            spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
+                                 scores, budget_cost, ratio, multiple_of,
+                                 hidden_scores=hidden_scores, normalize=scorer.normalize,
+                                 method=method, **meta)
         costs.setdefault(resource, budget_cost)
         empty = []
 

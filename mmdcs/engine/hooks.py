@@ -10,6 +10,7 @@ from typing import Dict, Optional
 from mmengine.hooks import Hook
 
 from mmdcs.registry import HOOKS
+from mmdcs.regularizers import eta_ramp
 from mmdcs.selection import gates, set_temperature
 from mmdcs.utils.errors import ConfigError
 from .utils import unwrap_model
@@ -99,6 +100,8 @@ class RegularizerHook(Hook):
       dataset's), moves the state to the model's device;
     * each epoch: resets the streaming sums, switches the term on when epoch ≥ ``t_warm``
       (epochs counted from 0, so the paper's "t > t_warm" with t from 1);
+    * each iteration: the share of η in force, rising from 0 to 1 over ``ramp`` epochs after
+      ``t_warm`` (``model.reg_scale``; ``ramp = 0``: the papers' step);
     * epoch end: all-reduces and refreshes the state (Q(a|y) and centroids, or V_r), logs the
       reports (IB: exact IB(W), I(X̃;X), I(X̃;Y); KCR: TNN, KC);
     * checkpoints: saves the state under ``checkpoint['mmdcs_regularizer']`` and restores it.
@@ -156,6 +159,17 @@ class RegularizerHook(Hook):
                 'end of an epoch: in this epoch the term is 0 or a constant without gradient '
                 '(it acts from the next epoch on; method.md §4.3). Use t_warm ≥ 1 and more '
                 'than t_warm epochs for a term that trains.')
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        """The share of η in force at this iteration: 0 → 1 over ``ramp`` epochs from
+        ``t_warm`` on (:func:`~mmdcs.regularizers.eta_ramp`; a function of the iteration, so a
+        resumed run continues it). Logged as ``train/reg_eta`` (η times that share)."""
+        model = self._model(runner)
+        loop = runner.train_loop
+        per_epoch = getattr(loop, 'steps_per_epoch', None) or len(loop.dataloader)
+        cfg = model.reg_cfg
+        model.reg_scale = eta_ramp(runner.iter, per_epoch, cfg['t_warm'], cfg.get('ramp', 0.))
+        runner.message_hub.update_scalar('train/reg_eta', cfg['eta'] * model.reg_scale)
 
     def after_train_epoch(self, runner) -> None:
         model = self._model(runner)

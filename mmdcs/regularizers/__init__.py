@@ -9,7 +9,7 @@ or registry imports), behind one interface (:class:`Regularizer`, :mod:`.base`).
 * shared pieces: :mod:`.kmeans` (k-means++, Lloyd, streaming Lloyd), :mod:`.distributed` (DDP
   all-reduce / gather), :mod:`.state` (the tensor-state container), :mod:`.checks`
 """
-from .base import REGULARIZERS, Regularizer, build_regularizer, register
+from .base import REGULARIZERS, Regularizer, build_regularizer, eta_ramp, register, unit_rows
 from .ib import (INPUT_SIZE, IBBOutput, IBRegularizer, IBState, IBTerms, ib_bound_decomposition,
                  ib_exact, ib_upper_bound, ibb_full, input_representation, lemma_d1_slack,
                  log_soft_assign, mean_input_entropy, optimal_q, soft_assign)
@@ -19,7 +19,8 @@ from .kcr import (KCR_ROUTES, KCRBounds, KCRRegularizer, KCRState, NystromKCR, g
 from .kmeans import MiniBatchKMeans, kmeans, kmeans_pp_init, lloyd_step
 
 __all__ = [
-    'Regularizer', 'REGULARIZERS', 'register', 'build_regularizer', 'INPUT_SIZE',
+    'Regularizer', 'REGULARIZERS', 'register', 'build_regularizer', 'eta_ramp', 'unit_rows',
+    'INPUT_SIZE',
     'input_representation', 'soft_assign', 'log_soft_assign', 'kmeans_pp_init', 'lloyd_step',
     'kmeans', 'MiniBatchKMeans', 'IBState', 'IBRegularizer', 'IBBOutput', 'IBTerms', 'optimal_q',
     'ib_exact', 'ibb_full', 'lemma_d1_slack', 'ib_bound_decomposition', 'mean_input_entropy',

@@ -17,8 +17,10 @@ A new regulariser subclasses :class:`Regularizer`, keeps its tensors in a
 :data:`REGULARIZERS` with :func:`register`; ``ChannelSelectionClassifier(regularizer=dict(
 type=NAME, ...))`` then builds it by name (:func:`build_regularizer`).
 """
+import math
 from typing import Callable, Dict, Optional
 
+import torch
 from torch import Tensor
 
 from .state import TensorState
@@ -73,6 +75,39 @@ class Regularizer:
     @property
     def ready(self) -> bool:
         return self.state.ready
+
+
+def unit_rows(features: Tensor, eps: float = 1e-12) -> Tensor:
+    """Each row divided by its L2 norm (differentiable; a zero row stays 0), in float32 at least.
+
+    The regularisers' ``normalize`` option (method.md §7.5, §6.8): the term then depends on the
+    direction of a feature, not on a scale the network can shrink at no cost to the logits.
+    """
+    dtype = features.dtype if features.dtype in (torch.float32, torch.float64) else torch.float32
+    f = features.to(dtype)
+    return f / f.norm(dim=1, keepdim=True).clamp_min(eps)
+
+
+def eta_ramp(iteration: int, iters_per_epoch: int, t_warm: int, ramp: float) -> float:
+    """The share of η in force at a training iteration (0-based, counted over the whole run).
+
+    0 before epoch ``t_warm``; then rising linearly to 1 over ``ramp`` epochs: iteration
+    i ≥ i₀ = t_warm·iters_per_epoch gets min(1, (i − i₀ + 1) / (ramp·iters_per_epoch)), so the
+    first iteration with the term already has a small share and the last one of the ramp has
+    all of it. ``ramp = 0`` is the papers' step (1 from i₀ on). A function of the iteration
+    only, so a resumed run continues the same schedule (method.md §4.3).
+    """
+    if iters_per_epoch < 1:
+        raise ValueError(f'iters_per_epoch must be ≥ 1, got {iters_per_epoch}')
+    if not (isinstance(ramp, (int, float)) and math.isfinite(ramp) and ramp >= 0):
+        raise ValueError(f'regularizer.ramp (epochs) must be ≥ 0, got {ramp!r}')
+    start = t_warm * iters_per_epoch
+    if iteration < start:
+        return 0.0
+    length = ramp * iters_per_epoch
+    if length <= 0:
+        return 1.0
+    return min(1.0, (iteration - start + 1) / length)
 
 
 def build_regularizer(cfg: dict, feat_dim: int, num_classes: Optional[int]) -> Regularizer:

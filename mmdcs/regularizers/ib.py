@@ -91,7 +91,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import Regularizer, register
+from .base import Regularizer, register, unit_rows
 from .checks import check_int, check_labels, check_matrix, check_scale
 from .distributed import all_gather_rows, all_reduce_sum_, broadcast_, world_size
 from .kmeans import MiniBatchKMeans, kmeans
@@ -582,25 +582,38 @@ class IBRegularizer(Regularizer):
     IBB_j + (1/B) Σ_i H(φ(X_i,·)), the corrected Theorem 3.1's upper bound of the batch's IB
     (≤ IBB_j + log C; module doc) — the variational term, logged whether or not the inputs are
     given. Options go to :class:`IBState`.
+
+    ``normalize=True`` (the mmdcs default, method.md §6.8): X̃_i is L2-normalised before the
+    soft assignment, the k-means and Q — as X_i already is —, so φ(X̃_i, ·) does not depend on
+    a feature scale the network sets (‖X̃_i‖² ≈ d after a final LayerNorm: at s = 1 the
+    assignments are then one-hot and the gradient is zero but near the cluster boundaries,
+    where it is large). ``normalize=False`` is the paper's raw X̃.
     """
     name = 'ib'
     default_eta = 50.0
 
-    def __init__(self, feat_dim: int, num_classes: Optional[int], **options):
+    def __init__(self, feat_dim: int, num_classes: Optional[int], normalize: bool = True,
+                 **options):
         if num_classes is None:
             raise ValueError('the IB regularizer needs a head with num_classes')
+        if not isinstance(normalize, bool):
+            raise ValueError(f'regularizer.normalize must be True or False, got {normalize!r}')
+        self.normalize = normalize
         self.state = IBState(num_classes, feat_dim, **options)
+
+    def _features(self, features: Tensor) -> Tensor:
+        return unit_rows(features) if self.normalize else features
 
     @staticmethod
     def _repr(inputs: Optional[Tensor]) -> Optional[Tensor]:
         return None if inputs is None else input_representation(inputs.detach())
 
     def update(self, features: Tensor, labels: Tensor, inputs: Optional[Tensor] = None) -> None:
-        self.state.update(features.detach(), labels, self._repr(inputs))
+        self.state.update(self._features(features.detach()), labels, self._repr(inputs))
 
     def batch_loss(self, features: Tensor, labels: Tensor,
                    inputs: Optional[Tensor] = None) -> Dict[str, Tensor]:
-        out = self.state.loss(features, labels, self._repr(inputs))
+        out = self.state.loss(self._features(features), labels, self._repr(inputs))
         # the corrected bound IBB_j + (1/B) Σ_i H(φ(X_i,·)) is the variational term itself
         terms = {'loss': out.variational, 'ibb': out.ibb.detach(),
                  'ib_bound': out.variational.detach()}

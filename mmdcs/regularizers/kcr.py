@@ -66,7 +66,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .base import Regularizer, register
+from .base import Regularizer, register, unit_rows
 from .checks import check_int, check_labels, check_matrix
 from .distributed import all_gather_rows, all_reduce_sum_
 from .state import TensorState
@@ -523,21 +523,33 @@ class KCRRegularizer(Regularizer):
 
     ``route='exact'`` (:class:`KCRState`) or ``'nystrom'`` (:class:`NystromKCR`); other options
     go to that class. Labels and inputs are not used by the term.
+
+    ``normalize=True`` (the mmdcs default, method.md §7.5): the statistics and the term are
+    computed on the L2-normalised features F_i/‖F_i‖, so K(x, x) = 1, every t_i lies in [0, 1]
+    (the share of a sample's feature energy outside the top-r directions) and the term cannot
+    be lowered by shrinking the features. ``normalize=False`` is the paper's term on the raw
+    features (K(x, x) = ‖F_i‖², a scale the network sets: d·γ_LN² for a final LayerNorm).
     """
     name = 'kcr'
     default_eta = 1.0
 
     def __init__(self, feat_dim: int, num_classes: Optional[int] = None,
-                 route: str = 'exact', **options):
+                 route: str = 'exact', normalize: bool = True, **options):
         if route not in KCR_ROUTES:
             raise ValueError(f'regularizer.route must be one of {KCR_ROUTES}, got {route!r}')
+        if not isinstance(normalize, bool):
+            raise ValueError(f'regularizer.normalize must be True or False, got {normalize!r}')
         self.route = route
+        self.normalize = normalize
         self.state = KCRState(feat_dim, **options) if route == 'exact' else \
             NystromKCR(feat_dim, **options)
 
+    def _features(self, features: Tensor) -> Tensor:
+        return unit_rows(features) if self.normalize else features
+
     def update(self, features: Tensor, labels: Tensor, inputs: Optional[Tensor] = None) -> None:
-        self.state.update(features.detach(), labels)
+        self.state.update(self._features(features.detach()), labels)
 
     def batch_loss(self, features: Tensor, labels: Tensor,
                    inputs: Optional[Tensor] = None) -> Dict[str, Tensor]:
-        return {'loss': self.state.loss(features)}
+        return {'loss': self.state.loss(self._features(features))}

@@ -391,7 +391,9 @@ def test_retrain_model_builds(name, subnet_file):
     assert not b.is_supernet and b.subnet_spec is not None and not model.arch_parameters()
     assert (sum(1 for _ in gates(model)) > 0) == (method == 'dcs')
     assert model.reg_cfg == dict(type={'dcs': 'ib', 'kcr': 'kcr'}[method],
-                                 eta={'dcs': 50., 'kcr': 1.}[method], t_warm=90)
+                                 eta={'dcs': 50., 'kcr': 1.}[method], t_warm=90,
+                                 ramp=1.0)  # mmdcs's ramp of η (method.md §4.3)
+    assert model.regularizer.normalize  # the term on unit features (method.md §6.8, §7.5)
     _check_no_decay(model, _optim_wrapper(model, cfg).optimizer)
 
     model.train()

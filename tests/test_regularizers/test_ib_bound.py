@@ -72,7 +72,7 @@ def test_corrected_bound_holds_for_every_q(s, seed):
 
 def _ready_regularizer(seed=0, n=48):
     g = torch.Generator().manual_seed(seed)
-    reg = IBRegularizer(feat_dim=6, num_classes=C, init_samples=n, s=20.0)
+    reg = IBRegularizer(feat_dim=6, num_classes=C, init_samples=n, s=20.0, normalize=False)
     images = torch.rand(n, 3, 8, 8, generator=g)
     labels = torch.arange(n) % C
     feats = torch.randn(n, 6, generator=g) + 2 * F.one_hot(labels, 6).float()

@@ -36,6 +36,9 @@ DEFAULT_RHO = 0.05
 DEFAULT_PENALTY = 10.
 #: default share of the search over which the target is lowered from 1 to its value
 DEFAULT_RAMP = 0.5
+#: default number of epochs over which η of the retraining term rises from 0 after t_warm
+#: (method.md §4.3; 0 = the papers' step)
+DEFAULT_ETA_RAMP = 1.0
 
 
 def _positive(name: str, value, allow_zero: bool = False) -> float:
@@ -68,7 +71,10 @@ class ChannelSelectionClassifier(ImageClassifier):
             (:meth:`project_to_budget`, called by the search loop).
         regularizer: the retraining term, ``dict(type='ib', eta=50., t_warm=90, s=1.)`` or
             ``dict(type='kcr', eta=1., t_warm=90, gamma=0.1, route='exact')`` (route
-            'nystrom' with ``num_landmarks``). Other keys go to the regulariser
+            'nystrom' with ``num_landmarks``); ``ramp`` (epochs, default 1; 0 = the papers'
+            step) is how long η takes to rise from 0 after ``t_warm``, ``normalize`` (default
+            True; False = the papers' raw features) whether the term sees the L2-normalised
+            features (method.md §4.3, §6.8, §7.5). Other keys go to the regulariser
             (:mod:`mmdcs.regularizers`: ``IBState``, ``KCRState``, ``NystromKCR``).
     """
 
@@ -94,6 +100,9 @@ class ChannelSelectionClassifier(ImageClassifier):
         self.regularizer: Optional[Regularizer] = None
         #: set by RegularizerHook: whether the term is in the loss this epoch (t ≥ t_warm)
         self.reg_active = False
+        #: set by RegularizerHook every iteration: the share of η in force (the ramp after
+        #: t_warm, :func:`~mmdcs.regularizers.eta_ramp`); 1 outside a hook-driven run
+        self.reg_scale = 1.0
         if regularizer is not None:
             self.reg_cfg, self.regularizer = self._build_regularizer(regularizer)
 
@@ -202,8 +211,10 @@ class ChannelSelectionClassifier(ImageClassifier):
         t_warm = int(cfg.pop('t_warm', 0))
         if t_warm < 0:
             raise ValueError(f'regularizer.t_warm must be ≥ 0, got {t_warm}')
+        ramp = _positive('regularizer.ramp (epochs)', cfg.pop('ramp', DEFAULT_ETA_RAMP),
+                         allow_zero=True)
         reg = build_regularizer(cfg, self._feature_dim(), getattr(self.head, 'num_classes', None))
-        return dict(type=kind, eta=eta, t_warm=t_warm), reg
+        return dict(type=kind, eta=eta, t_warm=t_warm, ramp=ramp), reg
 
     def _feature_dim(self) -> int:
         """Width of the pre-logit features X̃ (what ``head.pre_logits`` returns): the head's
@@ -325,6 +336,7 @@ class ChannelSelectionClassifier(ImageClassifier):
         if not self.reg_active:
             return {}
         terms = self.regularizer.batch_loss(features, labels, inputs)
-        out = {f'loss_{self.regularizer.name}': self.reg_cfg['eta'] * terms.pop('loss')}
+        weight = self.reg_cfg['eta'] * self.reg_scale
+        out = {f'loss_{self.regularizer.name}': weight * terms.pop('loss')}
         out.update(terms)
         return out

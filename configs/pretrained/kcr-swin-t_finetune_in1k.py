@@ -1,0 +1,13 @@
+# Pruning a pretrained Swin-T with KCR, fine-tuning (see kcr-swin-t_search-from-timm_in1k.py).
+_base_ = ['../kcr/kcr-swin-t_retrain_in1k.py']
+finetune_epochs = 30
+subnet = 'work_dirs/kcr-swin-t_search-from-timm_in1k/subnet/subnet.json'
+load_from = 'work_dirs/kcr-swin-t_search-from-timm_in1k/subnet/pruned.pth'
+
+model = dict(backbone=dict(subnet=subnet), regularizer=dict(t_warm=10))
+optim_wrapper = dict(optimizer=dict(lr=1e-4))
+param_scheduler = [
+    dict(type='CosineAnnealingLR', T_max=finetune_epochs, eta_min=1e-6, by_epoch=True, begin=0,
+         end=finetune_epochs, convert_to_iter_based=True)
+]
+train_cfg = dict(max_epochs=finetune_epochs)

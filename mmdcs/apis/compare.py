@@ -1,0 +1,606 @@
+"""The method comparison of ``tools/analysis/compare_methods.py`` (issue 25): methods × seeds ×
+budgets on the digits (DeiT-Tiny and MobileViT-XS at 64×64), every method retrained (or, with
+``pretrained``, fine-tuned) on the same schedule.
+
+Regimes (say which one a table compares):
+
+* ``scratch`` — every pruned network is retrained from random weights. A network trained from
+  scratch is symmetric in its channels, so *which* channels a method keeps cannot matter, only
+  each block's kept width: the methods differ by their width allocation (and DCS / KCR also by
+  their retraining terms, the IB / KCR regulariser, unless ``retrain='ce-only'``).
+* ``pretrained`` — one baseline per seed is trained first; magnitude, uniform, random and
+  Taylor prune *its* weights and the pruned network is fine-tuned from them (``pruned.pth``);
+  DCS / KCR start their supernet from it (``load_from``: the gates open, α at ``gate_init``),
+  search for ``search_epochs``, export with the weights they inherit and fine-tune. Here the
+  choice of channels counts too.
+
+One row per run in ``DIR/results.json`` (model, method, budget, seed, regime, top-1, params /
+FLOPs / latency ratios to the baseline classifier, kept widths per block). A row already there
+is not run again (resumable); results of other settings in the same file are refused, never
+overwritten. :func:`aggregate` and :func:`paired_differences` are the statistics of
+``DIR/summary.md``.
+"""
+import json
+import math
+import os
+import os.path as osp
+import subprocess
+import sys
+import time
+from collections import OrderedDict, defaultdict
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from mmdcs.analysis.complexity import count_flops, count_params
+from mmdcs.analysis.latency import time_models
+from .launch import UserError
+from .outputs import write_json, write_texts
+from .subnet_io import build_model, load_task_config
+
+ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+#: model → the demo configs (configs/demo/) of its baseline, searches and retraining
+MODELS = {
+    'deit-tiny': dict(label='DeiT-Tiny', baseline='configs/demo/deit-tiny_digits-cls.py'),
+    'mobilevit-xs': dict(label='MobileViT-XS',
+                         baseline='configs/demo/mobilevit-xs_digits-cls.py'),
+}
+SEARCHED = ('dcs', 'kcr')
+PRUNERS = ('magnitude', 'uniform', 'random', 'taylor')
+METHODS = SEARCHED + PRUNERS
+REGIMES = ('scratch', 'pretrained')
+RESOURCES = ('flops', 'latency')
+RETRAIN = ('default', 'ce-only')
+#: the reference of the paired differences
+REFERENCE = 'magnitude'
+RESULTS_VERSION = 1
+
+
+def search_config(model: str, method: str, pretrained: bool = False) -> str:
+    """The demo search config; from a trained baseline: configs/pretrained/'s (gates open,
+    lower weight lr)."""
+    if pretrained:
+        return f'configs/pretrained/{method}-{model}_search-from-baseline_digits.py'
+    return f'configs/demo/{method}-{model}_search_digits.py'
+
+
+def retrain_config(model: str, method: str, retrain: str = 'default',
+                   pretrained: bool = False) -> str:
+    """DCS / KCR retrain with their regulariser (``default``); every other method, and DCS /
+    KCR with ``ce-only``, with cross-entropy only (the magnitude retrain config: the same
+    schedule, EMA, no regulariser). ``pretrained``: the fine-tuning configs of
+    configs/pretrained/ (the same, at a lower lr)."""
+    kind = method if method in SEARCHED and retrain == 'default' else 'magnitude'
+    if pretrained:
+        return f'configs/pretrained/{kind}-{model}_finetune_digits.py'
+    return f'configs/demo/{kind}-{model}_retrain_digits.py'
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+# ----------------------------------------------------------------------------- statistics
+def mean_std(values: Sequence[float]) -> Tuple[float, float]:
+    """(mean, sample standard deviation, n − 1 in the denominator; NaN for one value)."""
+    values = [float(v) for v in values]
+    if not values:
+        return math.nan, math.nan
+    m = sum(values) / len(values)
+    if len(values) < 2:
+        return m, math.nan
+    return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+
+
+def _group_key(row: dict) -> tuple:
+    return (row['regime'], row['model'], row['method'], float(row['budget']))
+
+
+def aggregate(rows: Iterable[dict]) -> Dict[tuple, dict]:
+    """(regime, model, method, budget) → n, seeds, mean / std of top-1 and of the params,
+    FLOPs and latency ratios (None where a ratio was not measured)."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[_group_key(r)].append(r)
+    out = OrderedDict()
+    for key in sorted(groups, key=lambda k: (k[0], k[1], -k[3], _order(k[2]))):
+        rs = sorted(groups[key], key=lambda r: r['seed'])
+        entry = dict(n=len(rs), seeds=[r['seed'] for r in rs])
+        entry['top1'], entry['top1_std'] = mean_std([r['top1'] for r in rs])
+        for ratio in ('params_ratio', 'flops_ratio', 'latency_ratio'):
+            vals = [r.get(ratio) for r in rs if r.get(ratio) is not None]
+            entry[ratio], entry[ratio + '_std'] = mean_std(vals) if vals else (None, None)
+        out[key] = entry
+    return out
+
+
+def paired_differences(rows: Iterable[dict], reference: str = REFERENCE) -> Dict[tuple, dict]:
+    """(regime, model, method, budget) → the top-1 difference (method − reference) over the
+    seeds both have, each seed's pair, their mean and sample std (the paired comparison: the
+    seed's shared data order and initialisation cancel)."""
+    by = {}
+    for r in rows:
+        by[_group_key(r) + (r['seed'], )] = float(r['top1'])
+    out = OrderedDict()
+    keys = sorted({k[:4] for k in by}, key=lambda k: (k[0], k[1], -k[3], _order(k[2])))
+    for key in keys:
+        regime, model, method, budget = key
+        if method == reference:
+            continue
+        diffs = {}
+        for (rg, md, mt, b, seed), v in by.items():
+            if (rg, md, mt, b) == key:
+                ref = by.get((regime, model, reference, budget, seed))
+                if ref is not None:
+                    diffs[seed] = v - ref
+        if diffs:
+            m, s = mean_std([diffs[k] for k in sorted(diffs)])
+            out[key] = dict(n=len(diffs), diffs={k: diffs[k] for k in sorted(diffs)}, mean=m,
+                            std=s, wins=sum(d > 0 for d in diffs.values()))
+    return out
+
+
+def _order(method: str) -> int:
+    order = ('baseline', ) + METHODS
+    return order.index(method) if method in order else len(order)
+
+
+def _pm(mean, std, digits=2) -> str:
+    if mean is None:
+        return '—'
+    if std is None or (isinstance(std, float) and math.isnan(std)):
+        return f'{mean:.{digits}f}'
+    return f'{mean:.{digits}f} ± {std:.{digits}f}'
+
+
+REGIME_NOTES = {
+    'scratch': ('retrained from scratch: which channels are kept cannot matter (a network trained '
+                'from scratch is symmetric in its channels), only the kept width of each block; '
+                'the methods differ by their width allocation (and DCS/KCR by their retraining '
+                'terms unless retrained with cross-entropy only)'),
+    'pretrained': ('fine-tuned from a trained baseline\'s weights (pruned.pth): the choice of the '
+                   'channels counts as well as their number'),
+}
+
+
+def summary_markdown(rows: List[dict], settings: dict) -> str:
+    """DIR/summary.md: mean ± std top-1 per model × method × budget, the cost ratios, the
+    paired differences against magnitude over seeds, per regime."""
+    agg = aggregate(rows)
+    diffs = paired_differences(rows)
+    lines = ['# Method comparison', '',
+             f"Settings: {json.dumps(settings, sort_keys=True)}", '',
+             'Top-1 on the digits val set (%), mean ± sample std over seeds; ratios to the '
+             'baseline classifier (FLOPs and params counted by mmengine.analysis at 64×64, '
+             'latency measured on this CPU, batch 16, 1 thread: noisy on a shared machine); '
+             f'"vs {REFERENCE}": the paired top-1 difference over the seeds both have '
+             '(mean ± std, seeds where the method is higher / seeds).', '']
+    for regime in REGIMES:
+        keys = [k for k in agg if k[0] == regime]
+        if not keys:
+            continue
+        lines += [f'## {regime}', '', REGIME_NOTES[regime] + '.', '',
+                  f'| model | method | budget | top-1 | seeds | FLOPs ratio | params ratio | '
+                  f'latency ratio | vs {REFERENCE} |', '|---|---|---|---|---|---|---|---|---|']
+        for k in keys:
+            a = agg[k]
+            d = diffs.get(k)
+            vs = (f"{_pm(d['mean'], d['std'])} ({d['wins']}/{d['n']})" if d else '—')
+            lines.append(
+                f"| {MODELS.get(k[1], {}).get('label', k[1])} | {k[2]} | {k[3]:g} | "
+                f"{_pm(a['top1'], a['top1_std'])} | {a['n']} | "
+                f"{_pm(a['flops_ratio'], None, 3)} | {_pm(a['params_ratio'], None, 3)} | "
+                f"{_pm(a['latency_ratio'], a['latency_ratio_std'], 2)} | {vs} |")
+        lines.append('')
+    return '\n'.join(lines) + '\n'
+
+
+# ----------------------------------------------------------------------------- plots
+def _plt():
+    import matplotlib  # lazy import: matplotlib only for the figures
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_accuracy_vs_cost(rows: List[dict], path: str, cost: str = 'flops_ratio') -> None:
+    """One point per method and budget (mean top-1 over seeds, error bars: sample std), per
+    model and regime a panel; x the cost ratio (``flops_ratio`` or ``latency_ratio``)."""
+    plt = _plt()
+    agg = aggregate(rows)
+    panels = sorted({(k[0], k[1]) for k in agg})
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.5 * max(1, len(panels)), 4),
+                             squeeze=False)
+    for ax, (regime, model) in zip(axes[0], panels):
+        methods = sorted({k[2] for k in agg if k[:2] == (regime, model)}, key=_order)
+        for method in methods:
+            ks = sorted((k for k in agg if k[:3] == (regime, model, method)),
+                        key=lambda k: k[3])
+            xs = [agg[k][cost] if agg[k][cost] is not None else k[3] for k in ks]
+            ys = [agg[k]['top1'] for k in ks]
+            es = [0. if math.isnan(agg[k]['top1_std']) else agg[k]['top1_std'] for k in ks]
+            ax.errorbar(xs, ys, yerr=es, marker='o', capsize=3, label=method)
+        ax.set_title(f"{MODELS.get(model, {}).get('label', model)} ({regime})")
+        ax.set_xlabel(cost.replace('_', ' ') + ' of the baseline')
+        ax.set_ylabel('val top-1 (%)')
+        ax.grid(alpha=.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_widths(rows: List[dict], path: str) -> None:
+    """Per-block kept fraction (mean over seeds) of every method, one panel per model, regime
+    and budget: what each method allocates differently."""
+    plt = _plt()
+    acc = defaultdict(lambda: defaultdict(list))
+    dims = {}
+    for r in rows:
+        if not r.get('widths'):
+            continue
+        key = (r['regime'], r['model'], float(r['budget']))
+        for block, (kept, dim) in r['widths'].items():
+            acc[key + (r['method'], )][block].append(kept / dim)
+            dims[(r['model'], block)] = dim
+    panels = sorted({k[:3] for k in acc})
+    fig, axes = plt.subplots(max(1, len(panels)), 1, figsize=(10, 3 * max(1, len(panels))),
+                             squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        methods = sorted({k[3] for k in acc if k[:3] == panel}, key=_order)
+        blocks = sorted({b for k in acc if k[:3] == panel for b in acc[k]},
+                        key=_block_order)
+        width = 0.8 / max(1, len(methods))
+        for i, method in enumerate(methods):
+            vals = [sum(acc[panel + (method, )][b]) / len(acc[panel + (method, )][b])
+                    if acc[panel + (method, )][b] else 0. for b in blocks]
+            ax.bar([j + i * width for j in range(len(blocks))], vals, width, label=method)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(blocks))])
+        ax.set_xticklabels([_short(b) for b in blocks], rotation=60, fontsize=7)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel('kept fraction')
+        ax.set_title(f"{MODELS.get(panel[1], {}).get('label', panel[1])}, budget {panel[2]:g} "
+                     f'({panel[0]})')
+        ax.legend(fontsize=7, ncol=len(methods))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _block_order(name: str):
+    return [int(p) if p.isdigit() else p for p in name.replace('.', ' ').split()]
+
+
+def _short(name: str) -> str:
+    return name.replace('layers.', 'L').replace('.mlp', '').replace('.ffn', '')
+
+
+# ----------------------------------------------------------------------------- results file
+def run_key(row: dict) -> tuple:
+    return (row['regime'], row['model'], row['method'], float(row['budget']), int(row['seed']))
+
+
+class Results:
+    """DIR/results.json: the settings and one row per finished run, rewritten atomically after
+    each run. A file of other settings is refused (one line), never overwritten."""
+
+    def __init__(self, path: str, settings: dict):
+        self.path, self.settings = path, settings
+        self.rows: List[dict] = []
+        if osp.exists(path):
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+            except (OSError, ValueError) as e:
+                raise UserError(f'{path} is not a results file of compare_methods.py: {e}')
+            if not isinstance(data, dict) or data.get('version') != RESULTS_VERSION:
+                raise UserError(f'{path} is not a results file of compare_methods.py '
+                                f'(version {RESULTS_VERSION})')
+            if data.get('settings') != settings:
+                raise UserError(
+                    f'{path} holds results of other settings ({json.dumps(data.get("settings"))}'
+                    f' vs {json.dumps(settings)}): use another --out, or the same settings to '
+                    'resume')
+            self.rows = list(data.get('rows', []))
+        self.done = {run_key(r) for r in self.rows}
+
+    def add(self, row: dict) -> None:
+        if run_key(row) in self.done:
+            raise UserError(f'internal: run {run_key(row)} is in {self.path} already')
+        self.rows.append(row)
+        self.done.add(run_key(row))
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.path, dict(version=RESULTS_VERSION, settings=self.settings,
+                                   rows=self.rows), force=True)
+
+
+# ----------------------------------------------------------------------------- the grid
+def plan(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
+         seeds: Sequence[int], regime: str) -> List[dict]:
+    """Every run, in the order they are done: per model and seed, the baseline, then per
+    budget the searches before the pruners (random takes KCR's or magnitude's widths)."""
+    runs = []
+    for model in models:
+        for seed in seeds:
+            runs.append(dict(regime=regime, model=model, method='baseline', budget=1.0,
+                             seed=seed))
+            for budget in budgets:
+                for method in sorted(methods, key=_order):
+                    runs.append(dict(regime=regime, model=model, method=method,
+                                     budget=float(budget), seed=seed))
+    return runs
+
+
+def run_grid(runs: List[dict], results: Results, run_one: Callable[[dict], dict],
+             log: Callable[[str], None] = _print, clock: Callable[[], float] = time.time
+             ) -> List[dict]:
+    """Run every run not in ``results`` (``run_one(run)`` → the row's measurements), adding
+    each row as it finishes; one progress line per run (done / total, elapsed, ETA from the
+    mean time of the runs done in this call)."""
+    todo = [r for r in runs if run_key(r) not in results.done]
+    skipped = len(runs) - len(todo)
+    if skipped:
+        log(f'{skipped} of {len(runs)} runs already in {results.path}: skipped')
+    t0 = clock()
+    for i, run in enumerate(todo):
+        what = (f"{run['model']} {run['method']} budget {run['budget']:g} seed {run['seed']} "
+                f"({run['regime']})")
+        log(f'[{skipped + i + 1}/{len(runs)}] {what} ...')
+        row = dict(run)
+        row.update(run_one(run))
+        results.add(row)
+        elapsed = clock() - t0
+        eta = elapsed / (i + 1) * (len(todo) - i - 1)
+        log(f"[{skipped + i + 1}/{len(runs)}] {what}: top-1 {row['top1']:.2f} | "
+            f'{_clock(elapsed)} elapsed | ETA {_clock(eta)}')
+    return results.rows
+
+
+def _clock(seconds: float) -> str:
+    s = int(max(0, seconds))
+    return f'{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}'
+
+
+class Runner:
+    """Runs one row of the grid with the repository's tools (tools/train.py,
+    tools/export_subnet.py) in subprocesses, each with its log under ``work``."""
+
+    def __init__(self, work: str, data: str, epochs: int, train_images: int, regime: str,
+                 search_epochs: Optional[int] = None, retrain: str = 'default',
+                 latency: bool = True, python: str = sys.executable,
+                 extra: Sequence[str] = (), theta_masks: bool = True):
+        self.work, self.data, self.epochs = work, data, epochs
+        self.extra = list(extra)  # more --cfg-options of every training run
+        self.theta_masks = theta_masks
+        self.train_images, self.regime, self.retrain = train_images, regime, retrain
+        self.search_epochs = search_epochs or epochs
+        self.latency, self.py = latency, python
+        self._base_cost = {}
+
+    # -- helpers
+    def _dir(self, run: dict, *parts: str) -> str:
+        return osp.join(self.work, run['regime'], run['model'], f"seed{run['seed']}", *parts)
+
+    def _data_opts(self, epochs: int, seed: int) -> List[str]:
+        root = osp.join(self.data, 'cls')
+        return [f'{s}_dataloader.dataset.data_root={root}' for s in ('train', 'val', 'test')] + [
+            f'train_cfg.max_epochs={epochs}', f'randomness.seed={seed}'] + (
+            [f'train_dataloader.dataset.indices={self.train_images}']
+            if self.train_images else []) + self.extra
+
+    def _call(self, cmd: List[str], log_path: str) -> None:
+        os.makedirs(osp.dirname(log_path), exist_ok=True)
+        with open(log_path, 'w') as log:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            with open(log_path) as f:
+                tail = f.read()[-3000:]
+            raise UserError(f'a run failed (exit {proc.returncode}): {" ".join(cmd)}\n'
+                            f'--- last lines of {log_path} ---\n{tail}')
+
+    def train(self, config: str, work_dir: str, epochs: int, seed: int,
+              extra: Sequence[str] = ()) -> str:
+        """Train unless ``work_dir`` holds a finished run; returns its last checkpoint."""
+        done = osp.join(work_dir, 'last_checkpoint')
+        if not (osp.exists(done) and _last_top1(work_dir, epochs) is not None):
+            self._call([self.py, 'tools/train.py', config, '--work-dir', work_dir,
+                        '--cfg-options'] + self._data_opts(epochs, seed) + list(extra),
+                       work_dir + '.log')
+        with open(done) as f:
+            return f.read().strip()
+
+    def export(self, config: str, checkpoint: str, out: str, budget: float, method: str,
+               extra: Sequence[str] = ()) -> dict:
+        subnet = osp.join(out, 'subnet.json')
+        if not osp.exists(subnet):
+            self._call([self.py, 'tools/export_subnet.py', config, checkpoint, '--out', out,
+                        '--target-flops', repr(float(budget)), '--method', method] + list(extra),
+                       out + '.log')
+        with open(subnet) as f:
+            return json.load(f)
+
+    # -- one row
+    def __call__(self, run: dict) -> dict:
+        model, method, budget, seed = run['model'], run['method'], run['budget'], run['seed']
+        base_cfg = MODELS[model]['baseline']
+        base_dir = self._dir(run, 'baseline')
+        base_ckpt = self.train(base_cfg, base_dir, self.epochs, seed)
+        if method == 'baseline':
+            return self._row(base_dir, self.epochs, base_cfg, [], None)
+        tag = f'{method}_{budget:g}'
+        spec_dir = self._dir(run, f'{tag}_subnet')
+        pretrained = self.regime == 'pretrained'
+        if method in SEARCHED:
+            search_cfg = search_config(model, method, pretrained)
+            opts = [f'model.cost.target.flops={budget!r}']
+            if pretrained:
+                opts.append(f'load_from={base_ckpt}')
+            ckpt = self.train(search_cfg, self._dir(run, f'{tag}_search'),
+                              self.search_epochs if pretrained else self.epochs, seed, opts)
+            spec = self.export(search_cfg, ckpt, spec_dir, budget, 'alpha')
+        else:
+            extra, source = ['--seed', str(seed)], None
+            if method == 'random':
+                source = self._widths_source(run)
+                if source:
+                    extra += ['--widths-from', self._dir(run, f'{source}_{budget:g}_subnet',
+                                                         'subnet.json')]
+            spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, extra)
+        cfg = retrain_config(model, method, self.retrain, pretrained)
+        subnet = osp.join(spec_dir, 'subnet.json')
+        if method == 'dcs' and not self.theta_masks:
+            subnet = self._without_theta(spec, spec_dir)
+        opts = [f'model.backbone.subnet={subnet}']
+        if method in SEARCHED and self.retrain == 'default':
+            # CE alone for the first half of the epochs, then CE + η·(IB or KCR), as make demo
+            opts.append(f'model.regularizer.t_warm={self.epochs // 2}')
+        if pretrained:
+            opts.append(f"load_from={osp.join(spec_dir, 'pruned.pth')}")
+        out_dir = self._dir(run, f'{tag}_{"finetune" if pretrained else "retrain"}')
+        self.train(cfg, out_dir, self.epochs, seed, opts)
+        row = self._row(out_dir, self.epochs, cfg, opts, spec)
+        if method == 'dcs' and not self.theta_masks:  # without Linear_θ: counted again
+            row.update(self._ratios(cfg, opts), theta_masks=False)
+        if method == 'random':
+            row['widths_from'] = source or 'uniform'
+        return row
+
+    @staticmethod
+    def _without_theta(spec: dict, spec_dir: str) -> str:
+        """The DCS subnet retrained without its Linear_θ Q/K masks (the ablation): the same
+        kept MLP channels in the network of variant 'dcs-arch2' (channel selection of the MLPs
+        only), written beside subnet.json."""
+        path = osp.join(spec_dir, 'subnet_no-theta.json')
+        if not osp.exists(path):
+            spec = dict(spec, variant='dcs-arch2')
+            spec['meta'] = {k: v for k, v in spec.get('meta', {}).items() if k != 'theta_rank'}
+            write_json(path, spec)
+        return path
+
+    def _widths_source(self, run: dict) -> Optional[str]:
+        """Whose widths the random pruner takes: KCR's searched subnet at the same budget and
+        seed (the network without Linear_θ, so its widths cost the same in the pruned
+        baseline), else magnitude's (then random vs magnitude differ only in which channels are
+        kept), else none (the uniform widths). DCS's widths are not used: its FLOPs include
+        Linear_θ, so the same widths without it land below the budget."""
+        for source in ('kcr', 'magnitude'):
+            if osp.exists(self._dir(run, f"{source}_{run['budget']:g}_subnet", 'subnet.json')):
+                return source
+        return None
+
+    def _row(self, work_dir: str, epochs: int, cfg: str, opts: List[str],
+             spec: Optional[dict]) -> dict:
+        top1 = _last_top1(work_dir, epochs)
+        if top1 is None:
+            raise UserError(f'{work_dir}: no validation top-1 after epoch {epochs}')
+        row = dict(top1=float(top1), work_dir=osp.relpath(work_dir, self.work))
+        if spec is None:
+            row.update(params_ratio=1., flops_ratio=1., widths={})
+        else:
+            m = spec['meta']['budget']['measured']
+            row.update(params_ratio=m['params']['ratio'], flops_ratio=m['flops']['ratio'],
+                       widths={b['name']: [b['kept'], b['dim']] for b in
+                               spec['blocks'] + spec.get('hidden', [])})
+        row['latency_ratio'] = self._latency(cfg, opts) if self.latency and spec else (
+            1. if self.latency else None)
+        return row
+
+    def _latency(self, cfg: str, opts: List[str]) -> float:
+        """ms/image of the pruned classifier over the baseline's (batch 16 at 64×64, 1 thread,
+        interleaved rounds, median)."""
+        import torch  # lazy import: only when latencies are measured
+        built = dict(pruned=self._build(cfg, opts),
+                     baseline=self._build(self._baseline_of(cfg), []))
+        x = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+        times = time_models(built, x, warmup=2, repeats=7, threads=1)
+        return times['pruned']['ms_per_image'] / times['baseline']['ms_per_image']
+
+    def _build(self, cfg: str, opts: Sequence[str]):
+        c, scope = load_task_config(osp.join(ROOT, cfg), dict(
+            x.split('=', 1) for x in opts if x.startswith('model.backbone.subnet=')))
+        return build_model(c.model, scope).eval()
+
+    def _ratios(self, cfg: str, opts: Sequence[str]) -> dict:
+        """params_ratio and flops_ratio of the pruned classifier to the baseline's (mmengine
+        .analysis at 64×64)."""
+        pruned, base = self._build(cfg, opts), self._build(self._baseline_of(cfg), [])
+        shape = (1, 3, 64, 64)
+        return dict(params_ratio=count_params(pruned) / count_params(base),
+                    flops_ratio=count_flops(pruned, shape) / count_flops(base, shape))
+
+    @staticmethod
+    def _baseline_of(cfg: str) -> str:
+        for k, v in MODELS.items():
+            if f'-{k}_' in osp.basename(cfg):
+                return v['baseline']
+        raise UserError(f'internal: no baseline for {cfg}')
+
+
+def _last_top1(work_dir: str, epochs: int) -> Optional[float]:
+    """The val top-1 of the run's last validation, if it was after epoch ``epochs`` (EMA
+    weights where the config has EMA)."""
+    found = None
+    for root, _, files in os.walk(work_dir):
+        if 'scalars.json' in files:
+            with open(osp.join(root, 'scalars.json')) as f:
+                for line in f:
+                    entry = json.loads(line)
+                    if 'accuracy/top1' in entry:
+                        found = entry
+    if found is None or found.get('step') != epochs:
+        return None
+    return float(found['accuracy/top1'])
+
+
+def write_reports(out: str, rows: List[dict], settings: dict, resource: str = 'flops') -> dict:
+    """DIR/summary.md, DIR/accuracy_vs_cost.png, DIR/widths.png (rewritten: they are derived
+    from results.json)."""
+    paths = dict(summary=osp.join(out, 'summary.md'),
+                 plot=osp.join(out, 'accuracy_vs_cost.png'),
+                 widths=osp.join(out, 'widths.png'))
+    write_texts({paths['summary']: summary_markdown(rows, settings)}, force=True)
+    plot_accuracy_vs_cost(rows, paths['plot'], f'{resource}_ratio')
+    plot_widths(rows, paths['widths'])
+    return paths
+
+
+def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
+            seeds: Sequence[int], out: str, epochs: int, train_images: int,
+            pretrained: bool = False, resource: str = 'flops', data: str = 'data/digits',
+            search_epochs: Optional[int] = None, retrain: str = 'default',
+            latency: bool = True, theta_masks: bool = True,
+            run_one: Optional[Callable[[dict], dict]] = None,
+            log: Callable[[str], None] = _print) -> List[dict]:
+    """The comparison: every run of :func:`plan` not yet in DIR/results.json, then the
+    reports."""
+    for name, given, known in (('--models', models, MODELS), ('--methods', methods, METHODS)):
+        bad = [x for x in given if x not in known]
+        if bad:
+            raise UserError(f'{name}: unknown {bad} (choose from {", ".join(known)})')
+    for b in budgets:
+        if not 0. < float(b) < 1.:
+            raise UserError(f'--budgets: {b} is not a ratio in (0, 1)')
+    if resource == 'latency':
+        raise UserError('--resource latency: not yet: the search and the export meet FLOPs or '
+                        'params budgets; a latency budget comes with the latency cost (issue on '
+                        'latency targets). Use --resource flops')
+    if retrain not in RETRAIN:
+        raise UserError(f'--retrain must be one of {RETRAIN}')
+    regime = 'pretrained' if pretrained else 'scratch'
+    # what every row of one results.json shares (both regimes may share it)
+    settings = dict(epochs=epochs, train_images=train_images, resource=resource,
+                    search_epochs=search_epochs or epochs, retrain=retrain)
+    if not theta_masks:
+        settings['theta_masks'] = False
+    os.makedirs(out, exist_ok=True)
+    results = Results(osp.join(out, 'results.json'), settings)
+    runs = plan(models, methods, budgets, seeds, regime)
+    if run_one is None:
+        run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,
+                         search_epochs, retrain, latency, theta_masks=theta_masks)
+    rows = run_grid(runs, results, run_one, log)
+    paths = write_reports(out, rows, settings, resource)
+    log(f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"
+        f"wrote {paths['widths']}")
+    return rows

@@ -1,0 +1,177 @@
+"""The method comparison (mmdcs.apis.compare): its statistics on fixed fake results, resuming a
+grid without running a row twice, refusing a results file of other settings."""
+import json
+import math
+import os.path as osp
+
+import pytest
+
+from mmdcs.apis.compare import (Results, aggregate, compare, mean_std, paired_differences, plan,
+                                run_grid, summary_markdown)
+from mmdcs.apis.launch import UserError
+
+# top-1 of three seeds: magnitude 60, 62, 64; dcs 58, 61, 67; uniform 59, 63 (seed 2 missing)
+FAKE = {('magnitude', 0): 60., ('magnitude', 1): 62., ('magnitude', 2): 64.,
+        ('dcs', 0): 58., ('dcs', 1): 61., ('dcs', 2): 67.,
+        ('uniform', 0): 59., ('uniform', 1): 63.}
+
+
+def _rows():
+    return [dict(regime='scratch', model='deit-tiny', method=m, budget=0.7, seed=s, top1=v,
+                 flops_ratio=0.69 + 0.001 * s, params_ratio=0.8, latency_ratio=None,
+                 widths={'layers.0.mlp': [100 + s, 192]})
+            for (m, s), v in FAKE.items()]
+
+
+def test_mean_and_sample_std():
+    assert mean_std([60., 62., 64.]) == (62., 2.)
+    m, s = mean_std([1.])
+    assert m == 1. and math.isnan(s)
+    assert all(math.isnan(v) for v in mean_std([]))
+
+
+def test_aggregate_on_fixed_results():
+    agg = aggregate(_rows())
+    mag = agg[('scratch', 'deit-tiny', 'magnitude', 0.7)]
+    assert (mag['n'], mag['seeds'], mag['top1'], mag['top1_std']) == (3, [0, 1, 2], 62., 2.)
+    dcs = agg[('scratch', 'deit-tiny', 'dcs', 0.7)]
+    assert dcs['top1'] == pytest.approx(62.) and dcs['top1_std'] == pytest.approx(
+        math.sqrt(((58 - 62) ** 2 + (61 - 62) ** 2 + (67 - 62) ** 2) / 2))
+    assert dcs['flops_ratio'] == pytest.approx(0.691) and dcs['latency_ratio'] is None
+    uni = agg[('scratch', 'deit-tiny', 'uniform', 0.7)]
+    assert uni['n'] == 2 and uni['top1'] == 61. and uni['top1_std'] == pytest.approx(
+        math.sqrt(8.))
+    # the order of the table: searches first, then the pruners
+    assert [k[2] for k in agg] == ['dcs', 'magnitude', 'uniform']
+
+
+def test_paired_differences_use_the_seeds_both_have():
+    d = paired_differences(_rows())
+    dcs = d[('scratch', 'deit-tiny', 'dcs', 0.7)]
+    assert dcs['diffs'] == {0: -2., 1: -1., 2: 3.}
+    assert dcs['mean'] == pytest.approx(0.) and dcs['std'] == pytest.approx(
+        math.sqrt((4 + 1 + 9) / 2))
+    assert dcs['wins'] == 1 and dcs['n'] == 3
+    uni = d[('scratch', 'deit-tiny', 'uniform', 0.7)]
+    assert uni['diffs'] == {0: -1., 1: 1.} and uni['n'] == 2 and uni['mean'] == 0.
+    assert ('scratch', 'deit-tiny', 'magnitude', 0.7) not in d
+    # another model or budget is not paired with this magnitude
+    other = dict(_rows()[3], model='mobilevit-xs')
+    assert ('scratch', 'mobilevit-xs', 'dcs', 0.7) not in paired_differences(_rows() + [other])
+
+
+def test_summary_states_the_regime_and_the_numbers():
+    text = summary_markdown(_rows(), dict(epochs=4))
+    assert '## scratch' in text and 'width allocation' in text
+    assert '| DeiT-Tiny | magnitude | 0.7 | 62.00 ± 2.00 | 3 |' in text
+    assert '| DeiT-Tiny | dcs | 0.7 | 62.00 ± 4.58 | 3 |' in text and '0.00 ± 2.65 (1/3)' in text
+    assert '## pretrained' not in text
+
+
+def _fake_run(calls):
+    def run_one(run):
+        calls.append((run['method'], run['budget'], run['seed']))
+        return dict(top1=50. + run['seed'] + (run['method'] == 'dcs'), flops_ratio=run['budget'],
+                    params_ratio=run['budget'], latency_ratio=None, widths={})
+    return run_one
+
+
+def test_grid_resumes_and_refuses_other_settings(tmp_path):
+    path = str(tmp_path / 'results.json')
+    runs = plan(['deit-tiny'], ['magnitude', 'dcs'], [0.7], [0, 1], 'scratch')
+    # per seed: the baseline, then the searches before the pruners (random takes their widths)
+    assert [(r['method'], r['seed']) for r in runs] == [
+        ('baseline', 0), ('dcs', 0), ('magnitude', 0), ('baseline', 1), ('dcs', 1),
+        ('magnitude', 1)]
+    calls, lines = [], []
+    settings = dict(epochs=2, train_images=0)
+    # the first attempt stops after three runs (e.g. interrupted)
+    res = Results(path, settings)
+
+    def stop_after_three(run):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return _fake_run(calls)(run)
+    with pytest.raises(KeyboardInterrupt):
+        run_grid(runs, res, stop_after_three, lines.append)
+    with open(path) as f:
+        assert len(json.load(f)['rows']) == 3
+    # resumed: only the three missing runs, each once; progress lines say so
+    calls.clear()
+    rows = run_grid(runs, Results(path, settings), _fake_run(calls), lines.append)
+    assert calls == [('baseline', 1.0, 1), ('dcs', 0.7, 1), ('magnitude', 0.7, 1)]
+    assert len(rows) == 6 and len({(r['method'], r['seed']) for r in rows}) == 6
+    assert any('3 of 6 runs already' in ln for ln in lines)
+    assert any(ln.startswith('[6/6] deit-tiny magnitude budget 0.7 seed 1') and 'ETA' in ln
+               for ln in lines)
+    # a third call runs nothing
+    calls.clear()
+    run_grid(runs, Results(path, settings), _fake_run(calls), lines.append)
+    assert calls == []
+    # other settings: refused, the file untouched
+    before = open(path).read()
+    with pytest.raises(UserError, match='other settings'):
+        Results(path, dict(epochs=3, train_images=0))
+    assert open(path).read() == before
+    with open(path, 'w') as f:
+        f.write('[1, 2]')
+    with pytest.raises(UserError, match='not a results file'):
+        Results(path, settings)
+
+
+def test_compare_writes_reports_and_refuses_bad_input(tmp_path):
+    out = str(tmp_path / 'cmp')
+    calls = []
+    rows = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0, 1], out, 2, 0,
+                   run_one=_fake_run(calls), log=lambda s: None)
+    assert len(rows) == 6 and len(calls) == 6
+    for name in ('results.json', 'summary.md', 'accuracy_vs_cost.png', 'widths.png'):
+        assert osp.getsize(osp.join(out, name)) > 0
+    with pytest.raises(UserError, match='--resource latency: not yet'):
+        compare(['deit-tiny'], ['dcs'], [0.7], [0], out, 2, 0, resource='latency',
+                run_one=_fake_run(calls))
+    with pytest.raises(UserError, match='not a ratio'):
+        compare(['deit-tiny'], ['dcs'], [1.5], [0], out, 2, 0, run_one=_fake_run(calls))
+    with pytest.raises(UserError, match='unknown'):
+        compare(['resnet'], ['dcs'], [0.7], [0], out, 2, 0, run_one=_fake_run(calls))
+
+
+@pytest.mark.xdist_group('train')
+def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
+    """One model, two methods (magnitude, uniform), one budget, one seed, 1 epoch on the tiny
+    digits set, through tools/train.py and tools/export_subnet.py: rows with the subnets'
+    measured ratios and widths; a second call runs nothing."""
+    from mmdcs.apis.compare import Runner
+    out = str(tmp_path / 'cmp')
+    quiet = ['train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
+             'test_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False',
+             'val_dataloader.persistent_workers=False']
+    runner = Runner(osp.join(out, 'runs'), tiny_digits, 1, 0, 'scratch', latency=False,
+                    extra=quiet)
+    lines = []
+    rows = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
+                   run_one=runner, log=lines.append)
+    assert [r['method'] for r in rows] == ['baseline', 'magnitude', 'uniform']
+    for r in rows[1:]:
+        assert 0.69 <= r['flops_ratio'] <= 0.7 and 0 <= r['top1'] <= 100
+        assert r['widths'] and all(0 < k <= d for k, d in r['widths'].values())
+    uni = rows[2]['widths']
+    assert len({round(k / d, 2) for k, d in uni.values()}) == 1  # one ratio in every block
+    calls = []
+    again = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
+                    run_one=_fake_run(calls), log=lines.append)
+    assert calls == [] and again == rows
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['--epochs', '0'], '--epochs'),
+    (['--methods', 'l1'], '--methods'),
+    (['--resource', 'latency'], '--resource latency: not yet'),
+    (['--budgets', '1.2'], 'not a ratio'),
+])
+def test_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
+    from _tools import run_main
+    code, err = run_main('tools/analysis/compare_methods.py',
+                         argv + ['--out', str(tmp_path / 'out')], capsys)
+    assert code == 2 and message in err
+    assert not osp.exists(tmp_path / 'out' / 'results.json')

@@ -1,0 +1,80 @@
+"""Compare DCS, KCR and the plain pruners at equal FLOPs on the digits, over seeds (issue 25).
+
+    python tools/analysis/compare_methods.py --models deit-tiny mobilevit-xs \\
+        --methods dcs kcr magnitude uniform random taylor --budgets 0.9 0.7 0.5 \\
+        --seeds 0 1 2 [--epochs N] [--train-images N] [--pretrained] [--search-epochs N] \\
+        [--retrain default|ce-only] [--no-theta-masks] [--resource flops] [--no-latency] \
+        --out DIR
+
+Every method runs on the same schedule: from scratch (default) each pruned network is retrained
+from random weights (only the width allocation differs between the methods, and DCS/KCR's
+retraining terms); with --pretrained a baseline is trained per seed and every method prunes it
+and fine-tunes from the inherited weights (the choice of channels counts too). DIR/results.json
+(one row per run; rows already there are skipped: resumable), DIR/summary.md (mean ± std
+top-1, ratios, paired differences against magnitude), DIR/accuracy_vs_cost.png and
+DIR/widths.png (per-block kept widths of each method). Logs and checkpoints under DIR/runs/.
+``--resource latency`` is refused as not yet available (the budgets are FLOPs budgets).
+"""
+import os.path as osp
+import sys
+import warnings
+
+# setuptools' notice about mmengine importing pkg_resources is not for the user of this tool
+warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+from mmdcs.apis.compare import METHODS, MODELS, RESOURCES, RETRAIN, compare  # noqa: E402
+from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int,  # noqa: E402
+                               user_errors)
+from mmdcs.apis.outputs import check_output_dir  # noqa: E402
+
+
+def parse_args(argv=None):
+    p = ToolParser(description='Compare DCS/KCR with magnitude, uniform, random and Taylor '
+                   'pruning at equal FLOPs over seeds (digits, 64x64)')
+    p.add_argument('--models', nargs='+', choices=tuple(MODELS), default=['deit-tiny'])
+    p.add_argument('--methods', nargs='+', choices=METHODS,
+                   default=['dcs', 'kcr', 'magnitude', 'uniform'])
+    p.add_argument('--budgets', nargs='+', type=float, default=[0.9, 0.7], metavar='R',
+                   help='FLOPs budgets, ratios of the baseline classifier (default: 0.9 0.7)')
+    p.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
+    p.add_argument('--epochs', type=positive_int, default=4,
+                   help='epochs of every training run (default: %(default)s)')
+    p.add_argument('--train-images', type=non_negative_int, default=0, metavar='N',
+                   help='train on the first N training images (0: all; default: %(default)s)')
+    p.add_argument('--pretrained', action='store_true',
+                   help='prune a trained baseline per seed and fine-tune from its weights')
+    p.add_argument('--search-epochs', type=positive_int, default=None, metavar='N',
+                   help='epochs of the DCS/KCR search (default: --epochs)')
+    p.add_argument('--retrain', choices=RETRAIN, default='default',
+                   help='DCS/KCR retraining: with their regulariser (default) or cross-entropy '
+                   'only (the ablation)')
+    p.add_argument('--no-theta-masks', action='store_true',
+                   help='retrain the DCS subnets without their Linear_θ Q/K masks (the same kept '
+                   'MLP channels; the ablation: their FLOPs ratio is counted again)')
+    p.add_argument('--resource', choices=RESOURCES, default='flops')
+    p.add_argument('--no-latency', action='store_true',
+                   help='do not measure the latency ratio of each pruned model')
+    p.add_argument('--data', default='data/digits',
+                   help='the digits datasets (tools/data/build_digits.py; default: %(default)s)')
+    p.add_argument('--out', required=True, help='output directory (resumed if it holds '
+                   'results.json of the same settings)')
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with user_errors():
+        check_output_dir(args.out, '--out')
+        compare(args.models, args.methods, args.budgets, args.seeds, args.out, args.epochs,
+                args.train_images, args.pretrained, args.resource, args.data,
+                args.search_epochs, args.retrain, not args.no_latency,
+                not args.no_theta_masks)
+
+
+if __name__ == '__main__':
+    main()
