@@ -6,11 +6,12 @@ configs, random gates, FLOPs, seeded inputs).
 ``tests/`` is on ``sys.path`` (the directory of the root ``conftest.py``): ``import _backbones``.
 
 A new family (a registered :class:`~mmdcs.models.backbones.SelectableBackbone` subclass with a
-``family`` and an ``arch_zoo``) is found by ``mmdcs.analysis.complexity.backbone_classes``; the
-contract suite fails for it until it has an entry in :data:`CASES`.
+``family`` and an ``arch_zoo``) is found by ``mmdcs.models.backbones.base.backbone_classes``; the
+contract suite fails for it until it has an entry in :data:`CASES`, and until its class fills the
+backbone contract (``contract_gaps``). Its timm weights are found through the class too
+(``timm_models``, ``convert_checkpoint``).
 """
 import functools
-import importlib
 import os.path as osp
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -19,7 +20,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmdcs.analysis.complexity import backbone_class, backbone_classes
+from mmdcs.models.backbones.base import backbone_class, backbone_classes
 from mmdcs.selection import ChannelSelector, QKChannelSelector
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -250,16 +251,11 @@ def case(family: str) -> FamilyCase:
     return CASES[family]
 
 
-def family_module(arch_or_family: str):
-    """The module of a family's backbone (with its ``TIMM_MODELS`` and ``convert_timm``)."""
-    return importlib.import_module(backbone_class(arch_or_family).__module__)
-
-
 # ----------------------------------------------------------------------------- timm references
 def _create_timm(arch: str, **kwargs) -> nn.Module:
     timm = pytest.importorskip('timm')
     torch.manual_seed(0)
-    return timm.create_model(family_module(arch).TIMM_MODELS[arch], pretrained=False,
+    return timm.create_model(backbone_class(arch).timm_models[arch], pretrained=False,
                              **kwargs).eval()
 
 
@@ -292,9 +288,9 @@ def timm_model(arch: str, size: Optional[Size] = None,
 
 @functools.lru_cache(maxsize=None)
 def converted(arch: str) -> Dict[str, torch.Tensor]:
-    """The cached timm model's weights converted by the family's ``convert_timm`` (a classifier
-    state dict: ``backbone.*`` and the head)."""
-    return family_module(arch).convert_timm(timm_model(arch).state_dict(), arch)
+    """The cached timm model's weights converted by the family's ``convert_checkpoint`` (a
+    classifier state dict: ``backbone.*`` and the head)."""
+    return backbone_class(arch).convert_checkpoint(timm_model(arch).state_dict(), arch)
 
 
 def backbone_state(arch: str) -> Dict[str, torch.Tensor]:

@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 
 from mmdcs.models.backbones import SelectableBackbone
+# the registered families (the backbone contract); re-exported here
+from mmdcs.models.backbones.base import backbone_class, backbone_classes  # noqa: F401
 # the counting itself lives with the models (the classifier's budget uses it); re-exported here
 from mmdcs.models.counting import (Size, _takes_mode, calibrate_cost,  # noqa: F401
                                    count_flops, count_params, flop_analysis, sdpa_flop_jit)
@@ -56,38 +58,16 @@ PAPER_NUMBERS: Dict[Tuple[str, str], dict] = {
     ('swin-b', 'kcr'): dict(params=70.2, flops=12.6, top1=84.7, source='KCR Table 1'),
 }
 
-#: the variant each paper applies to a family (method.md §9): DCS for the mobile models, KCR for
-#: ViT and Swin
-PAPER_VARIANT = {'mobilevit': 'dcs', 'efficientvit': 'dcs', 'vit': 'kcr', 'swin': 'kcr'}
+#: the variant each paper applies to a family (method.md §9): each family's ``paper_variant``
+#: (the backbone contract; DCS for the mobile models, KCR for ViT and Swin)
+#: (a snapshot of the families registered at import; the tables ask the class itself)
+PAPER_VARIANT = {f: cls.paper_variant for f, cls in backbone_classes().items()}
 
 #: models of the full table (method.md §9)
 TABLE_MODELS = ('vit-s16', 'vit-b16', 'swin-t', 'swin-b', 'mobilevit-xs', 'mobilevit-s',
                 'efficientvit-b1')
 
 # ----------------------------------------------------------------------------- backbones
-def backbone_classes() -> Dict[str, Type[SelectableBackbone]]:
-    """Family name → mmdcs backbone class (every registered :class:`SelectableBackbone`)."""
-    out, stack = {}, list(SelectableBackbone.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        if cls.family and cls.arch_zoo:
-            out.setdefault(cls.family, cls)
-        stack.extend(cls.__subclasses__())
-    return out
-
-
-def backbone_class(arch_or_family: str) -> Type[SelectableBackbone]:
-    """The backbone class of an arch (``'vit-s16'``) or a family (``'vit'``)."""
-    classes = backbone_classes()
-    if arch_or_family in classes:
-        return classes[arch_or_family]
-    for cls in classes.values():
-        if arch_or_family in cls.arch_zoo:
-            return cls
-    archs = sorted(a for c in classes.values() for a in c.arch_zoo)
-    raise ValueError(f'unknown arch {arch_or_family!r}; valid: {", ".join(archs)}')
-
-
 def _resolve_class(backbone_cls) -> Type[SelectableBackbone]:
     if isinstance(backbone_cls, str):
         name = backbone_cls.split('.')[-1]
@@ -305,7 +285,8 @@ def complexity_table(models: Iterable[str] = TABLE_MODELS, ratios: Sequence[floa
             or arch → size.
         whole_model: count the whole classifier of ``configs/_base_/models`` (comparable to the
             papers); False: the backbone alone.
-        variants: family → variant of the supernet and subnets (default :data:`PAPER_VARIANT`).
+        variants: family → variant of the supernet and subnets (default: the family's
+            ``paper_variant``, :data:`PAPER_VARIANT`).
         seed: of the random subnets.
         count_attention: count the attention products (see :func:`count_flops`).
 
@@ -315,7 +296,7 @@ def complexity_table(models: Iterable[str] = TABLE_MODELS, ratios: Sequence[floa
         paper_top1, paper_source (the paper's baseline beside the baseline row, its compact
         model beside the subnet rows), seconds (time to build and count).
     """
-    variants = dict(PAPER_VARIANT, **(variants or {}))
+    variants = dict(variants or {})
     rows = []
     for arch in models:
         cls = backbone_class(arch)
@@ -328,7 +309,7 @@ def complexity_table(models: Iterable[str] = TABLE_MODELS, ratios: Sequence[floa
         else:
             size = (input_sizes, input_sizes) if isinstance(input_sizes, int) else \
                 tuple(input_sizes)
-        variant = variants[family]
+        variant = variants.get(family, cls.paper_variant)
         use_cls = whole_model and base_model_config(arch) is not None
 
         def build(v, subnet=None):
@@ -381,7 +362,7 @@ def paper_budget_table(models: Iterable[str] = PAPER_BUDGET_MODELS,
     rows = []
     for arch in models:
         cls = backbone_class(arch)
-        variant = PAPER_VARIANT[cls.family]
+        variant = cls.paper_variant
         pb, pc = PAPER_NUMBERS.get((arch, 'baseline')), PAPER_NUMBERS.get((arch, variant))
         if pb is None or pc is None:
             raise ValueError(f'no paper numbers for {arch} ({variant})')

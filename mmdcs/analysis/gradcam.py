@@ -1,6 +1,5 @@
 """Grad-CAM (Selvaraju et al. 2017) of an mmpretrain classifier and its figure (DCS paper,
 supplementary Fig. 7)."""
-import math
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -8,21 +7,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmdcs.models.backbones.base import backbone_classes, feature_to_bchw
 from .attention.plots import overlay, pyplot
 from .attention.stats import backbone_of
 from .complexity import _takes_mode
 
 
-#: default Grad-CAM target layer (in the classifier) per family: the last stage. ViT: the
-#: first norm of the last block (its output feeds the last attention; the last block's own
-#: output reaches the prediction through the class token only, so its patch tokens get no
-#: gradient), as mmpretrain's vis_cam does
-DEFAULT_CAM_LAYERS = {
-    'vit': 'backbone.blocks.-1.norm1',
-    'swin': 'backbone.layers.-1',
-    'mobilevit': 'backbone.stages.-1',
-    'efficientvit': 'backbone.stages.-1',
-}
+#: family → default Grad-CAM layer in a classifier (``backbone.`` + the family's ``cam_layer``):
+#: a snapshot of the families registered at import; :func:`grad_cam` asks the backbone itself
+DEFAULT_CAM_LAYERS = {f: f'backbone.{cls.cam_layer}' for f, cls in backbone_classes().items()}
 
 
 def get_layer(model: nn.Module, path: str) -> nn.Module:
@@ -39,22 +32,14 @@ def get_layer(model: nn.Module, path: str) -> nn.Module:
     return m
 
 
-def _to_bchw(act: Tensor, family: str, backbone: nn.Module, image_hw: Tuple[int, int]) -> Tensor:
-    """A target layer's activation as (B, C, h, w)."""
-    if act.dim() == 4 and family == 'swin':
-        return act.permute(0, 3, 1, 2)  # (B, H, W, C)
-    if act.dim() == 3:  # tokens (B, N, C)
-        prefix = getattr(backbone, 'num_prefix_tokens', 0) if family == 'vit' else 0
-        tokens = act[:, prefix:]
-        p = getattr(backbone, 'patch_size', None)
-        if family == 'vit' and p:
-            gh, gw = image_hw[0] // p, image_hw[1] // p
-        else:
-            gh = gw = int(math.isqrt(tokens.shape[1]))
-        return tokens.reshape(act.shape[0], gh, gw, -1).permute(0, 3, 1, 2)
-    if act.dim() != 4:
-        raise ValueError(f'Grad-CAM needs a spatial activation, got shape {tuple(act.shape)}')
-    return act
+def default_cam_layer(model: nn.Module, backbone: nn.Module) -> Optional[str]:
+    """The default Grad-CAM layer of ``model``: its backbone's ``cam_layer`` (the backbone
+    contract: the last stage; ViT the first norm of its last block), as a path in ``model``."""
+    layer = getattr(backbone, 'cam_layer', '')
+    if not layer:
+        return None
+    prefix = next(n for n, m in model.named_modules() if m is backbone)
+    return f'{prefix}.{layer}' if prefix else layer
 
 
 def grad_cam(model: nn.Module, inputs: Tensor, target_layer: Optional[str] = None,
@@ -63,7 +48,8 @@ def grad_cam(model: nn.Module, inputs: Tensor, target_layer: Optional[str] = Non
     """Grad-CAM (Selvaraju et al. 2017) of an mmpretrain classifier.
 
     cam = ReLU(Σ_k w_k A_k), w_k = mean over positions of ∂score_c/∂A_k, at the output A of
-    ``target_layer`` (default per family, :data:`DEFAULT_CAM_LAYERS`: the last stage), for the
+    ``target_layer`` (default: the backbone's ``cam_layer``, :func:`default_cam_layer`: the
+    last stage), for the
     class c = ``target_class`` (default: the predicted class). Eval mode (DCS gates
     deterministic).
 
@@ -71,8 +57,7 @@ def grad_cam(model: nn.Module, inputs: Tensor, target_layer: Optional[str] = Non
     probabilities of those classes).
     """
     backbone = backbone_of(model)
-    family = getattr(backbone, 'family', '')
-    path = target_layer or DEFAULT_CAM_LAYERS.get(family)
+    path = target_layer or default_cam_layer(model, backbone)
     if path is None:
         raise ValueError(f'no default Grad-CAM layer for {type(backbone).__name__}: give '
                          'target_layer')
@@ -106,8 +91,11 @@ def grad_cam(model: nn.Module, inputs: Tensor, target_layer: Optional[str] = Non
         if act.grad is None:
             raise ValueError(f'target layer {path!r} got no gradient (is it used for the '
                              'prediction?)')
-        a = _to_bchw(act.detach(), family, backbone, tuple(inputs.shape[-2:]))
-        g = _to_bchw(act.grad.detach(), family, backbone, tuple(inputs.shape[-2:]))
+        to_bchw = getattr(backbone, 'tokens_to_bchw', None)
+        if to_bchw is None:  # not an mmdcs backbone: maps, or tokens of a square grid
+            to_bchw = lambda t, hw: feature_to_bchw(t)  # noqa: E731
+        a = to_bchw(act.detach(), tuple(inputs.shape[-2:]))
+        g = to_bchw(act.grad.detach(), tuple(inputs.shape[-2:]))
         weights = g.mean(dim=(2, 3), keepdim=True)
         cam = F.relu((weights * a).sum(1, keepdim=True))
         cam = F.interpolate(cam, size=inputs.shape[-2:], mode='bilinear', align_corners=False)

@@ -39,7 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmdcs.selection import DCSAttention, SubnetSpec
-from .complexity import (PAPER_VARIANT, TABLE_MODELS, _takes_mode, backbone_class,
+from .complexity import (TABLE_MODELS, _takes_mode, backbone_class,
                          build_backbone, count_flops, default_input_size, flop_analysis,
                          flops_budget_subnet, random_subnet)
 
@@ -517,10 +517,6 @@ def _size(size: Union[None, int, Sequence[int]], arch: str) -> Size:
     return (int(size[0]), int(size[-1]))
 
 
-#: archs of the peer methods' backbones (DeiT names) → the plain backbones' archs
-PEER_ARCH_ALIASES = {'deit-s': 'vit-s16', 'deit-b': 'vit-b16'}
-
-
 def is_peer_backbone(backbone: Union[nn.Module, type]) -> bool:
     """Whether ``backbone`` (a module or a class) is one of the peer methods' (OFB or
     DynamicViT / DynamicSwin): its ``is_peer`` marker (the backbone contract)."""
@@ -531,7 +527,7 @@ def plain_baseline(backbone: nn.Module, input_size: Size, seed: int = 0) -> nn.M
     """The plain, unpruned backbone of the family and arch of ``backbone`` (e.g. an exported
     ``OFBViT`` of DeiT-S → ``ViT('vit-s16', variant='baseline')``) at ``input_size``, eval mode,
     random weights."""
-    arch = PEER_ARCH_ALIASES.get(backbone.arch, backbone.arch)
+    arch = getattr(backbone, 'plain_arch', backbone.arch)  # a peer's DeiT names: ViT's
     torch.manual_seed(seed)
     return build_backbone(arch, 'baseline', None, input_size)
 
@@ -550,7 +546,7 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
 
     The subnet is ``subnet`` if given (its arch must be ``arch``), else a seeded random subnet
     keeping ``ratio`` of every prunable block with ``variant`` (default: the paper's variant of
-    the family, :data:`~mmdcs.analysis.complexity.PAPER_VARIANT`), every D̃ rounded up to a
+    the family, its class's ``paper_variant``), every D̃ rounded up to a
     multiple of ``multiple_of`` (:func:`mmdcs.selection.export_subnet`). Weights are random
     (timing does not depend on them); both are built at ``input_size`` (ViT: position-embedding
     grid). ``theta_rank``: the random subnet's Linear_θ at that rank (DCS; recorded in the spec).
@@ -564,7 +560,7 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     else:
         if not 0 < ratio <= 1:
             raise ValueError(f'ratio must be in (0, 1], got {ratio}')
-        variant = variant or PAPER_VARIANT[cls.family]
+        variant = variant or cls.paper_variant
         kwargs = cls.size_kwargs(size)
         if theta_rank is not None:
             kwargs['theta_rank'] = theta_rank
@@ -658,12 +654,13 @@ def latency_table(models: Iterable[str] = LATENCY_MODELS, ratio: float = 0.7,
                   variants: Optional[Dict[str, str]] = None, **kwargs) -> List[dict]:
     """:func:`latency_pair` rows of several archs (``input_sizes``: None = nominal, one size,
     or arch → size; ``variants``: family → variant; other arguments as latency_pair)."""
-    variants = dict(PAPER_VARIANT, **(variants or {}))
+    variants = dict(variants or {})
     rows = []
     for arch in models:
-        family = backbone_class(arch).family
+        cls = backbone_class(arch)
         size = input_sizes.get(arch) if isinstance(input_sizes, dict) else input_sizes
-        rows += latency_pair(arch, ratio, variants[family], input_size=size, **kwargs)
+        rows += latency_pair(arch, ratio, variants.get(cls.family, cls.paper_variant),
+                             input_size=size, **kwargs)
     return rows
 
 

@@ -12,7 +12,11 @@ in ``tests/_backbones.py`` CASES, or these tests fail for it).
 * ``out_indices``: every feature map, its shape, subsets and negative indices;
 * ``frozen_stages``: -1 nothing, 0 the stem, k the stem and the first k stages (no gradient,
   eval mode after ``train()``);
-* registries (mmdet / mmseg / mmpretrain scopes) and bad input (arch, variant, indices, subnets).
+* registries (mmdet / mmseg / mmpretrain scopes) and bad input (arch, variant, indices, subnets);
+* the contract itself: every family's class fills it (``contract_gaps``: paper variant, Grad-CAM
+  layer and its maps, timm conversion, cost terms, frozen parts, attention layout), a class
+  lacking any piece is named by it, and the subnet and ``frozen_stages`` are applied once, after
+  the outermost constructor (the base class's doing, not the family's).
 
 Tiny archs and small inputs: the family files keep only what is particular to a family.
 """
@@ -25,16 +29,16 @@ import re
 import pytest
 import torch
 
-from _backbones import (CASES, backbone_state, case, classifier, families, family_module,
-                        frozen_prefixes, rand_input, randn_input, random_gates_, timm_model,
-                        under)
-from mmdcs.models.backbones import VARIANTS
-from mmdcs.models.backbones.base import count_params
+from _backbones import (CASES, backbone_state, case, classifier, families, frozen_prefixes,
+                        rand_input, randn_input, random_gates_, timm_model, under)
+from mmdcs.analysis.gradcam import get_layer
+from mmdcs.models.backbones import VARIANTS, SelectableBackbone
+from mmdcs.models.backbones.base import contract_gaps, count_params
 from mmdcs.selection import QKChannelSelector, SubnetError, SubnetSpec, prune_state_dict
 from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
 
 FAMILIES = list(families())
-TIMM_ARCHS = [(f, a) for f in FAMILIES for a in getattr(family_module(f), 'TIMM_MODELS', {})]
+TIMM_ARCHS = [(f, a) for f in FAMILIES for a in families()[f].timm_models or {}]
 TIMM_FEATURES = [f for f in FAMILIES if f in CASES and CASES[f].timm_features]
 #: every selection variant (dcs-arch2 has kcr's structure) and the separate Q/K masks
 SUPERNETS = [('dcs', 'shared'), ('dcs', 'separate'), ('kcr', 'shared'), ('dcs-arch1', 'shared')]
@@ -70,10 +74,155 @@ def test_a_new_family_is_found_and_fails_without_a_case():
                            match=r"'new-family-under-test' \(NewFamilyBackbone\) has no entry "
                            r'in tests/_backbones.py CASES'):
             case('new-family-under-test')
+        # and test_every_family_fills_the_contract names everything it lacks
+        gaps = contract_gaps(NewFamilyBackbone)
+        for piece in CONTRACT_PIECES:
+            assert any(g.startswith(piece) for g in gaps), (piece, gaps)
     finally:
         del NewFamilyBackbone
         gc.collect()
     assert 'new-family-under-test' not in families()
+
+
+# ----------------------------------------------------------------------------- the contract
+#: every piece of the contract a family class must fill (what contract_gaps names)
+CONTRACT_PIECES = ('paper_variant', 'cam_layer', 'timm_models', 'cost_terms()',
+                   'tokens_to_bchw()', 'stem_parts()', 'stage_parts()', 'attention_layout()')
+
+
+@pytest.mark.parametrize('family', FAMILIES)
+def test_every_family_fills_the_contract(family):
+    """No gap (contract_gaps), and the pieces work: the paper's variant builds a supernet, the
+    Grad-CAM layer exists and its output maps onto the image's grid, the timm archs convert."""
+    c, cls = case(family), families()[family]
+    assert contract_gaps(cls) == []
+    assert cls(c.arch, cls.paper_variant, **c.dense).is_supernet
+    model = cls(c.arch, 'baseline', **c.dense).eval()
+    seen = []
+    get_layer(model, cls.cam_layer).register_forward_hook(
+        lambda m, a, out: seen.append(out[-1] if isinstance(out, (tuple, list)) else out))
+    size = c.sizes[-1]
+    with torch.no_grad():
+        model(rand_input(2, 3, *size, seed=4))
+    maps = model.tokens_to_bchw(seen[-1], size)
+    assert maps.dim() == 4 and maps.shape[0] == 2
+    # a map on the image's grid: its cells are at most the image's, and of its aspect
+    h, w = maps.shape[-2:]
+    assert 1 <= h <= size[0] and 1 <= w <= size[1]
+    assert abs(h / w - size[0] / size[1]) <= max(1 / h, 1 / w) * size[0] / size[1] + 1e-6
+    assert set(cls.timm_models) <= set(cls.arch_zoo)
+
+
+def _complete_members():
+    """Class members of a family that fills the whole contract (checked by class only)."""
+    return dict(
+        family='complete-family-under-test', arch_zoo={'tiny': {}}, paper_variant='dcs',
+        cam_layer='stages.-1', timm_models={'tiny': 'tiny_timm'},
+        cost_terms=lambda self: [], tokens_to_bchw=lambda self, act, hw: act,
+        stem_parts=lambda self: [], stage_parts=lambda self, i: [],
+        attention_layout=lambda self, name: None,
+        convert_checkpoint=classmethod(lambda cls, sd, arch, layout='timm': sd))
+
+
+#: (what is taken from a complete family, the gap it leaves)
+MISSING = [('family', 'family'), ('arch_zoo', 'arch_zoo'), ('paper_variant', 'paper_variant'),
+           ('cam_layer', 'cam_layer'), ('timm_models', 'timm_models'),
+           ('cost_terms', 'cost_terms()'), ('tokens_to_bchw', 'tokens_to_bchw()'),
+           ('stem_parts', 'stem_parts()'), ('stage_parts', 'stage_parts()'),
+           ('attention_layout', 'attention_layout()'),
+           ('convert_checkpoint', 'convert_checkpoint()')]
+
+
+@pytest.mark.parametrize('member, gap', MISSING, ids=[m for m, _ in MISSING])
+def test_a_family_lacking_a_piece_of_the_contract_is_named(member, gap):
+    import gc
+    members = _complete_members()
+    complete = type('CompleteFamily', (SelectableBackbone, ), dict(members))
+    members.pop(member)
+    lacking = type('LackingFamily', (SelectableBackbone, ), members)
+    try:
+        assert contract_gaps(complete) == []
+        gaps = contract_gaps(lacking)
+        assert len(gaps) == 1 and gaps[0].startswith(gap), gaps
+    finally:
+        del complete, lacking
+        gc.collect()
+
+
+def test_a_contract_piece_may_be_declared_absent():
+    """No softmax attention: no attention layout; no timm archs (``{}``): no conversion; a
+    paper variant must be a selection variant."""
+    import gc
+    members = _complete_members()
+    for m in ('attention_layout', 'convert_checkpoint'):
+        members.pop(m)
+    absent = type('AbsentFamily', (SelectableBackbone, ),
+                  dict(members, softmax_attention=False, timm_models={}))
+    wrong = type('WrongFamily', (SelectableBackbone, ),
+                 dict(_complete_members(), paper_variant='baseline',
+                      timm_models={'huge': 'huge_timm'}))
+    try:
+        assert contract_gaps(absent) == []
+        gaps = contract_gaps(wrong)
+        assert [g.split(':')[0] for g in gaps] == ['paper_variant', 'timm_models'], gaps
+        assert "'baseline'" in gaps[0] and "['huge']" in gaps[1]
+    finally:
+        del absent, wrong
+        gc.collect()
+
+
+def _count_apply_subnet(monkeypatch):
+    calls = []
+    apply = SelectableBackbone._apply_subnet
+
+    def counted(self):
+        calls.append(type(self).__name__)
+        return apply(self)
+
+    monkeypatch.setattr(SelectableBackbone, '_apply_subnet', counted)
+    return calls
+
+
+@pytest.mark.parametrize('family', FAMILIES)
+def test_subnet_and_frozen_stages_are_applied_once_after_the_outermost_init(family,
+                                                                            monkeypatch):
+    """The base class prunes and freezes once the instance's outermost ``__init__`` has
+    returned: the family's own constructor does not (a second pass would fail on the pruned
+    layers or count twice), and a subclass that adds layers after ``super().__init__`` still
+    sees the supernet there and gets a pruned, frozen network."""
+    import gc
+    c, cls = case(family), families()[family]
+    sup = random_gates_(cls(c.arch, 'kcr', **c.dense), seed=5)
+    spec = sup.export_subnet()
+    calls = _count_apply_subnet(monkeypatch)
+    pruned = cls(c.arch, subnet=spec, frozen_stages=0, **c.dense)
+    assert calls == [cls.__name__] and not pruned.is_supernet
+    assert {b.name: pruned.get_submodule(b.name).keep.tolist() for b in spec.blocks} == \
+        spec.keep_map()
+    stem = [p for part in pruned.stem_parts()
+            for p in ([part] if isinstance(part, torch.nn.Parameter) else part.parameters())]
+    assert stem and not any(p.requires_grad for p in stem)
+
+    class Extended(cls):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.supernet_in_init = self.is_supernet
+            self.extra = torch.nn.Linear(2, 2)
+
+    class Inherited(Extended):  # no __init__ of its own
+        pass
+
+    try:
+        for sub in (Extended, Inherited):
+            del calls[:]
+            model = sub(c.arch, subnet=spec, **c.dense)
+            assert calls == [sub.__name__]
+            assert model.supernet_in_init and not model.is_supernet
+            assert {b.name: model.get_submodule(b.name).keep.tolist() for b in spec.blocks} == \
+                spec.keep_map()
+    finally:
+        del Extended, Inherited
+        gc.collect()
 
 
 # ----------------------------------------------------------------------------- timm equivalence
@@ -84,7 +233,8 @@ def test_converted_timm_weights_give_timm_logits(family, arch):
     sizes for this arch (timm built to run at that size, with the same weights)."""
     ref = timm_model(arch)
     clf = classifier(arch).eval()
-    clf.load_state_dict(family_module(arch).convert_timm(ref.state_dict(), arch), strict=True)
+    clf.load_state_dict(families()[family].convert_checkpoint(ref.state_dict(), arch),
+                        strict=True)
     assert count_params(clf) == count_params(ref)
     for size in [s for a, s in case(family).timm_logits if a == arch]:
         sized = timm_model(arch, size, like=ref)

@@ -143,3 +143,50 @@ def test_conv_families_frozen_stages(cls, arch):
     assert all(p.requires_grad for p in two.stages[2].parameters())
     with pytest.raises(ValueError, match='frozen_stages'):
         cls(arch, frozen_stages=cls(arch).num_stages + 1)
+
+
+# ----------------------------------------------------------------- family knowledge on the class
+def test_a_peer_names_the_plain_arch_it_is_timed_against():
+    """latency.plain_baseline asks the peer's ``plain_arch`` (DeiT names → ViT's), not a table
+    of aliases in the analysis."""
+    from mmdcs.analysis.latency import plain_baseline
+    assert DynamicViT('deit-s').plain_arch == 'vit-s16'
+    assert DynamicViT('deit-tiny').plain_arch == 'deit-tiny'
+    assert OFBViT('vit-s16', search_space=()).plain_arch == 'vit-s16'  # stored as 'deit-s'
+    assert OFBViT('deit-b', search_space=()).plain_arch == 'vit-b16'
+    plain = plain_baseline(DynamicViT('deit-s'), (32, 32))
+    assert type(plain) is ViT and plain.arch == 'vit-s16' and plain.variant == 'baseline'
+    assert type(plain_baseline(DynamicSwin('swin-t'), (32, 32))) is Swin
+
+
+def test_the_tools_take_families_and_layouts_from_the_classes(capsys, tmp_path):
+    """timm_to_mmdcs offers every family with timm archs and the layouts their classes read;
+    benchmark_search's variant is the family's paper_variant unless given."""
+    from _tools import load_tool, run_main
+    from mmdcs.models.backbones.base import backbone_classes
+    convert = load_tool('tools/convert/timm_to_mmdcs.py')
+    assert convert.FAMILIES == tuple(sorted(f for f, c in backbone_classes().items()
+                                            if c.timm_models))
+    assert set(convert.FAMILIES) >= {'vit', 'swin', 'mobilevit', 'efficientvit'}
+    assert convert.LAYOUTS == ('timm', 'official') and Swin.checkpoint_layouts == convert.LAYOUTS
+    code, err = run_main('tools/convert/timm_to_mmdcs.py',
+                         ['vit', 'deit-tiny', '--random-init', '--layout', 'official',
+                          str(tmp_path / 'x.pth')], capsys)
+    assert code == 2 and '--layout official is for swin, not vit' in err
+    bench = load_tool('tools/analysis/benchmark_search.py')
+    assert bench.family_of('swin-t') == ('mmdcs.Swin', Swin)
+    code, err = run_main('tools/analysis/benchmark_search.py',
+                         ['--arch', 'deit-tiny', '--variant', 'baseline'], capsys)
+    assert code == 2 and "--variant 'baseline'" in err
+    code, err = run_main('tools/analysis/benchmark_search.py', ['--arch', 'vit-h14'], capsys)
+    assert code == 2 and "unknown arch 'vit-h14'" in err
+
+
+def test_the_final_token_map_of_the_token_distillation_is_the_family_s():
+    """DynamicViT's classifier asks the teacher's backbone for its final normalised tokens."""
+    vit = ViT('deit-tiny')
+    assert vit.final_token_norm() == (vit.norm, True)
+    swin = Swin('swin-t', img_size=64)
+    assert swin.final_token_norm() == (swin.norm3, False)
+    with pytest.raises(ValueError, match=r'needs the last stage of Swin in out_indices'):
+        Swin('swin-t', img_size=64, out_indices=(1, )).final_token_norm()

@@ -109,10 +109,7 @@ def _arch_models(args):
     bad = [v for v in args.variants if v not in VARIANTS]
     if bad:
         raise UserError(f'unknown variant {bad[0]!r}; valid: {", ".join(VARIANTS)}')
-    import inspect
-    kwargs = {}
-    if args.size and 'img_size' in inspect.signature(cls.__init__).parameters:
-        kwargs['img_size'] = args.size
+    kwargs = cls.size_kwargs((args.size, args.size) if args.size else None)
     torch.manual_seed(args.seed)
     base = cls(arch=args.arch, variant='baseline', **kwargs)
     if hasattr(base, 'init_weights'):

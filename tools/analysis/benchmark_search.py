@@ -2,7 +2,7 @@
 
     python tools/analysis/benchmark_search.py [--arch mobilevit-xs] [--size 64] [--batch 32]
                                               [--repeats 5] [--steps 6] [--threads 2]
-                                              [--target-flops 0.92]
+                                              [--target-flops 0.92] [--variant dcs|kcr]
 
 Prints, each against its baseline measured in the same run (median of ``--repeats``):
 
@@ -31,22 +31,26 @@ import torch
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
-from mmdcs.apis.launch import (ToolParser, positive_int, positive_size, unit_ratio,
+from mmdcs.analysis.complexity import backbone_class
+from mmdcs.apis.launch import (ToolParser, UserError, positive_int, positive_size, unit_ratio,
                                 user_errors)
 from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
+from mmdcs.models.backbones import VARIANTS
 from mmdcs.registry import MODELS
 
-FAMILY = {'mobilevit': ('mmdcs.MobileViT', 'dcs'), 'deit': ('mmdcs.ViT', 'dcs'),
-          'vit': ('mmdcs.ViT', 'kcr'), 'swin': ('mmdcs.Swin', 'kcr'),
-          'efficientvit': ('mmdcs.EfficientViT', 'dcs')}
+
+def family_of(arch):
+    """(backbone type for the registry, the backbone class) of an arch of a registered family."""
+    try:
+        cls = backbone_class(arch)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    return f'mmdcs.{cls.__name__}', cls
 
 
 def classifier(arch, variant, size, num_classes=10, **kw):
-    family = next(k for k in FAMILY if arch.startswith(k))
-    btype = FAMILY[family][0]
-    backbone = dict(type=btype, arch=arch, variant=variant)
-    if btype in ('mmdcs.ViT', 'mmdcs.Swin'):
-        backbone['img_size'] = size
+    btype, cls = family_of(arch)
+    backbone = dict(type=btype, arch=arch, variant=variant, **cls.size_kwargs((size, size)))
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         probe = MODELS.build(dict(backbone, variant='baseline'))
         with torch.no_grad():
@@ -88,8 +92,7 @@ def _loss(model, data):
 
 
 def search_benchmark(args):
-    model = classifier(args.arch, FAMILY[next(k for k in FAMILY if args.arch.startswith(k))][1],
-                       args.size, cost=dict(mode='paper', weight=0.2))
+    model = classifier(args.arch, args.variant, args.size, cost=dict(mode='paper', weight=0.2))
     data = batch(args.batch, args.size, 0)
     plain = build_optim_wrapper(model, dict(optimizer=dict(type='AdamW', lr=1e-4)))
 
@@ -106,7 +109,7 @@ def search_benchmark(args):
     t_weight = timed(lambda: loop.train_step(data, 'weight'), args.steps, args.repeats)
     t_arch = timed(lambda: loop.train_step(data, 'arch'), args.steps, args.repeats)
     t_epoch = 0.7 * t_weight + 0.3 * t_arch
-    print(f'search, {args.arch} supernet, batch {args.batch} at {args.size}px '
+    print(f'search, {args.arch} {args.variant} supernet, batch {args.batch} at {args.size}px '
           f'(median of {args.repeats} × {args.steps} steps):')
     print(f'  plain training step      {t_plain * 1e3:8.1f} ms   1.00×')
     print(f'  search weight step       {t_weight * 1e3:8.1f} ms   {t_weight / t_plain:.2f}×')
@@ -114,8 +117,7 @@ def search_benchmark(args):
     print(f'  search epoch average     {t_epoch * 1e3:8.1f} ms   {t_epoch / t_plain:.2f}×'
           '   (target ≤ 1.3×)')
     if args.target_flops:
-        budget = classifier(args.arch, FAMILY[next(k for k in FAMILY
-                                                   if args.arch.startswith(k))][1], args.size,
+        budget = classifier(args.arch, args.variant, args.size,
                             cost=dict(target=dict(flops=args.target_flops,
                                                   input_size=args.size)))
         budget.load_state_dict(model.state_dict(), strict=False)
@@ -132,19 +134,16 @@ def search_benchmark(args):
 
 def regularizer_benchmark(args):
     from mmdcs.analysis.complexity import random_subnet
-    family = next(k for k in FAMILY if args.arch.startswith(k))
-    btype, variant = FAMILY[family]
-    size_kw = {'img_size': args.size} if btype in ('mmdcs.ViT', 'mmdcs.Swin') else {}
-    spec = random_subnet(btype, args.arch, variant, args.keep_ratio, **size_kw)
+    btype, cls = family_of(args.arch)
+    size_kw = cls.size_kwargs((args.size, args.size))
+    spec = random_subnet(btype, args.arch, args.variant, args.keep_ratio, **size_kw)
     print(f'retraining terms, pruned {args.arch} ({spec.kept_ratio:.2f} of MLP channels kept):')
     for kind, reg in (('IB', dict(type='ib', eta=50., t_warm=0)),
                       ('KCR', dict(type='kcr', eta=1., t_warm=0, gamma=0.1))):
         model = classifier(args.arch, spec.variant, args.size, regularizer=reg)
         # the pruned subnet as backbone
         with DefaultScope.overwrite_default_scope('mmpretrain'):
-            kw = dict(type=btype, arch=args.arch, subnet=spec.to_dict())
-            if btype in ('mmdcs.ViT', 'mmdcs.Swin'):
-                kw['img_size'] = args.size
+            kw = dict(type=btype, arch=args.arch, subnet=spec.to_dict(), **size_kw)
             model.backbone = MODELS.build(kw)
         data = batch(args.batch, args.size, 1)
         optim = build_optim_wrapper(model, dict(optimizer=dict(type='AdamW', lr=1e-4)))
@@ -208,8 +207,17 @@ def main(argv=None):
                         'baseline FLOPs')
     parser.add_argument('--keep-ratio', type=unit_ratio, default=0.7,
                         help='kept channels of the pruned subnet of the retraining benchmark')
+    parser.add_argument('--variant', default=None,
+                        help="the searched variant (default: the family's paper_variant, the "
+                        "variant the papers apply to it: dcs for MobileViT / EfficientViT, kcr "
+                        "for ViT / Swin)")
     args = parser.parse_args(argv)
     with user_errors():
+        variants = [v for v in VARIANTS if v != 'baseline']
+        if args.variant is None:
+            args.variant = family_of(args.arch)[1].paper_variant
+        elif args.variant not in variants:
+            raise UserError(f'--variant {args.variant!r}: one of {", ".join(variants)}')
         torch.manual_seed(0)
         torch.set_num_threads(args.threads)
         print(f'torch {torch.__version__}, {args.threads} threads, CPU')

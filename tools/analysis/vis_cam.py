@@ -6,13 +6,13 @@ row per model with its Grad-CAM heat map (predicted class and probability in the
         [--target-layer backbone.stages.-1] [--target-class C] [--size S]
         [--out work_dirs/cam/grad_cam.png]
 
-Grad-CAM (Selvaraju et al. 2017) is computed here (mmdcs.analysis.gradcam.grad_cam: hooks on
-the target layer's activations and gradients, cam = ReLU(Σ_k w_k A_k), w_k the mean gradient
-of channel k; no `grad-cam` package needed). Default target layer, the last stage of each
-family: ViT `backbone.blocks.-1.norm1` (the tokens that feed the last attention; class token
-dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`, MobileViT
-`backbone.stages.-1`, EfficientViT `backbone.stages.-1`. The class is the predicted one unless
---target-class. Images go through the config's test pipeline and data preprocessor.
+Grad-CAM (Selvaraju et al. 2017) is computed here (mmdcs.analysis.gradcam.grad_cam: hooks on the
+target layer's activations and gradients, cam = ReLU(Σ_k w_k A_k), w_k the mean gradient of channel
+k; no `grad-cam` package needed). Default target layer: the backbone's `cam_layer` (the backbone
+contract), the last stage of each family: ViT `backbone.blocks.-1.norm1` (the tokens that feed the
+last attention; class token dropped, patch tokens reshaped to the grid), Swin `backbone.layers.-1`,
+MobileViT `backbone.stages.-1`, EfficientViT `backbone.stages.-1`. The class is the predicted one
+unless --target-class. Images go through the config's test pipeline and data preprocessor.
 CHECKPOINT may be `none` (random weights).
 """
 import os.path as osp
@@ -59,7 +59,7 @@ def main(argv=None):
         set_checkpoint_trust(args)
         check_output_file(args.out, '--out')
         refuse_overwrite([args.out], args.force)
-        from mmdcs.analysis.gradcam import DEFAULT_CAM_LAYERS, grad_cam, plot_cams
+        from mmdcs.analysis.gradcam import default_cam_layer, grad_cam, plot_cams
         from mmdcs.apis.loading import list_images, load_classifier, load_images
         paths = []
         try:
@@ -76,11 +76,11 @@ def main(argv=None):
             model, cfg, scope = load_classifier(config, ckpt, args.cfg_options)
             if not hasattr(model, 'head'):
                 raise UserError(f'{config}: not a classifier (no head)')
-            family = getattr(getattr(model, 'backbone', None), 'family', '')
-            layer = args.target_layer or DEFAULT_CAM_LAYERS.get(family)
+            backbone = getattr(model, 'backbone', model)
+            layer = args.target_layer or default_cam_layer(model, backbone)
             if layer is None:
                 raise UserError(f'{config}: no default target layer for '
-                                f'{type(model.backbone).__name__}; give --target-layer')
+                                f'{type(backbone).__name__}; give --target-layer')
             inputs, show = load_images(paths, model, cfg, scope, args.size)
             if shows is None:
                 shows = show

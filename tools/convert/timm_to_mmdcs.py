@@ -16,7 +16,6 @@ supernet ("all kept" gates) or a detector/segmentor backbone (``init_cfg=dict(ty
 checkpoint=DST, prefix='backbone.')``).
 """
 import argparse
-import importlib
 import os.path as osp
 import sys
 
@@ -31,9 +30,13 @@ from mmdcs.apis.launch import (ToolParser, UserError, add_trust_flag, set_checkp
                                 user_errors)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_file,
                                 refuse_overwrite)
+from mmdcs.models.backbones.base import backbone_classes
 from mmdcs.utils.checkpoint import load_checkpoint_file, save_weights
 
-FAMILIES = ('vit', 'swin', 'mobilevit', 'efficientvit')
+#: the registered families whose archs convert from timm (each family's ``timm_models``)
+FAMILIES = tuple(sorted(f for f, cls in backbone_classes().items() if cls.timm_models))
+LAYOUTS = tuple(dict.fromkeys(lay for f in FAMILIES
+                              for lay in backbone_classes()[f].checkpoint_layouts))
 
 
 def load_state_dict(path):
@@ -52,8 +55,9 @@ def main(argv=None):
     parser.add_argument('arch')
     parser.add_argument('src', nargs='?', help='timm state dict (omit with --random-init)')
     parser.add_argument('dst', help='output mmengine checkpoint')
-    parser.add_argument('--layout', choices=('timm', 'official'), default='timm',
-                        help="source layout; 'official' = Microsoft's Swin checkpoints")
+    parser.add_argument('--layout', choices=LAYOUTS, default='timm',
+                        help="source layout (the family's checkpoint_layouts); 'official' = "
+                        "Microsoft's Swin checkpoints")
     parser.add_argument('--random-init', action='store_true',
                         help='convert a randomly initialised timm model (no SRC)')
     add_trust_flag(parser)
@@ -67,11 +71,14 @@ def main(argv=None):
 def convert(args) -> None:
     check_output_file(args.dst, 'DST')
     refuse_overwrite([args.dst], args.force)
-    module = importlib.import_module(f'mmdcs.models.backbones.{args.family}')
-    timm_names = module.TIMM_MODELS
+    cls = backbone_classes()[args.family]
+    timm_names = cls.timm_models
     if args.arch not in timm_names:
         raise UserError(f'unknown arch {args.arch!r} for {args.family}; valid: '
                         f'{", ".join(timm_names)}')
+    if args.layout not in cls.checkpoint_layouts:
+        others = [f for f in FAMILIES if args.layout in backbone_classes()[f].checkpoint_layouts]
+        raise UserError(f'--layout {args.layout} is for {", ".join(others)}, not {args.family}')
     if args.random_init:
         import timm
         torch.manual_seed(0)
@@ -82,11 +89,8 @@ def convert(args) -> None:
             raise UserError('give SRC or --random-init')
         state = load_state_dict(args.src)
         source = args.src
-    if args.layout == 'official' and not hasattr(module, 'convert_official_swin'):
-        raise UserError(f'--layout official is for swin, not {args.family}')
     try:
-        converted = module.convert_official_swin(state, args.arch) \
-            if args.layout == 'official' else module.convert_timm(state, args.arch)
+        converted = cls.convert_checkpoint(state, args.arch, args.layout)
     except (ValueError, KeyError) as e:  # the weights are not of this family / arch
         raise UserError(f'{source}: {e.args[0] if e.args else e}') from e
     with atomic_outputs(args.dst, force=args.force) as (tmp, ):

@@ -5,10 +5,15 @@ analysis, the tools) asks a backbone through instead of looking at its class.
 A family (one file: ``vit.py``, ``swin.py``, ``mobilevit.py``, ``efficientvit.py``) subclasses
 :class:`SelectableBackbone`, sets ``family`` and ``arch_zoo``, builds its layers with the
 selection modules of :mod:`mmdcs.selection` according to ``self.qk_select`` and
-``self.mlp_select``, calls :meth:`_apply_subnet` at the end of ``__init__``, and implements
-:meth:`cost_terms`.
+``self.mlp_select``, and implements :meth:`cost_terms`. It does not apply the subnet itself: once
+the outermost ``__init__`` of the instance's class has returned, the base class checks
+``theta_rank`` against the built Linear_θ layers, prunes to ``subnet`` if one was given and
+freezes ``frozen_stages`` (:meth:`SelectableBackbone._finish_build`, wired by
+``__init_subclass__``), so a family can neither forget nor misorder it.
 
-The contract (what a new family sets or implements besides the above):
+Everything the rest of mmdcs knows about a family is on its class (the analysis and the tools
+find the classes with :func:`backbone_classes` / :func:`backbone_class`, never by name), and
+:func:`contract_gaps` names what a class lacks (the contract suite runs it on every family):
 
 * ``nominal_size`` (class attribute): the side of the square input the family's FLOPs and cost
   terms are quoted at (224; MobileViT 256). A family whose size is an argument (ViT, Swin:
@@ -19,6 +24,21 @@ The contract (what a new family sets or implements besides the above):
 * :meth:`~SelectableBackbone.attention_layout`: for each softmax attention module, how its rows
   map onto the image's token grid (:class:`AttentionLayout`); ``softmax_attention = False`` on a
   family without a softmax attention matrix (EfficientViT's ReLU linear attention).
+* ``paper_variant`` (class attribute): the variant the papers apply to the family (method.md
+  §9): ``'dcs'`` (MobileViT, EfficientViT) or ``'kcr'`` (ViT, Swin); the default of the
+  complexity, latency and benchmark tables.
+* ``cam_layer`` (class attribute): the default Grad-CAM target layer, a dotted path inside the
+  backbone (a negative integer counts from the end: ``'stages.-1'``), and
+  :meth:`~SelectableBackbone.tokens_to_bchw`: that layer's output (or its gradient) as
+  (B, C, h, w) (:func:`feature_to_bchw` for a layer that gives maps or a square token grid).
+* ``timm_models`` (class attribute): arch → timm model name of the archs whose timm weights
+  convert (``{}``: none), ``checkpoint_layouts`` (the source layouts besides ``'timm'``, e.g.
+  Swin's ``'official'``) and :meth:`~SelectableBackbone.convert_checkpoint` (a state dict of
+  such a layout → the state dict of the family's mmpretrain classifier).
+* optional, for the peer methods: ``plain_arch`` (a peer backbone's arch in the plain family's
+  names, what it is timed against) and ``final_token_norm()`` (the module giving the family's
+  final normalised tokens, and whether they start with a class token: DynamicViT's
+  distillation from a ViT / Swin teacher).
 * ``frozen_stages``, one meaning in every family (the mmpretrain / mmdet convention):
   ``-1`` freezes nothing; ``0`` freezes the stem (the patch / convolutional embedding, and the
   position embedding and class token where there are some); ``k >= 1`` freezes the stem and the
@@ -32,7 +52,9 @@ The contract (what a new family sets or implements besides the above):
   :meth:`~SelectableBackbone.stage_parts` and ``num_stages``, and passes ``frozen_stages`` to
   :meth:`~SelectableBackbone._set_frozen_stages`.
 """
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+import functools
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
@@ -98,6 +120,36 @@ class SelectableBackbone(BaseModule):
     #: stages of the family (what ``frozen_stages`` counts)
     num_stages: int = 0
     frozen_stages: int = -1
+    #: the variant the papers apply to the family (method.md §9), the tables' default
+    paper_variant: str = ''
+    #: default Grad-CAM target layer: a dotted path inside the backbone (negative integers
+    #: count from the end), whose output :meth:`tokens_to_bchw` turns into maps
+    cam_layer: str = ''
+    #: arch → timm model name of the archs whose timm weights :meth:`convert_checkpoint`
+    #: converts (``{}``: the family has none; ``None``: not declared, a contract gap)
+    timm_models: Optional[Dict[str, str]] = None
+    #: the source layouts :meth:`convert_checkpoint` reads (``'timm'`` when ``timm_models``)
+    checkpoint_layouts: Tuple[str, ...] = ('timm', )
+
+    def __init_subclass__(cls, **kwargs):
+        """Make the outermost ``__init__`` of every subclass end with :meth:`_finish_build`
+        (a family's ``__init__``, and a subclass's that calls it through ``super()``, only
+        build layers)."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get('__init__')
+        if init is None:
+            if getattr(cls.__init__, '_finishes_build', False):
+                return  # inherits a wrapped constructor: it finishes the build already
+            init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self, *args, **kw):
+            init(self, *args, **kw)
+            if type(self).__init__ is __init__:  # the outermost constructor has returned
+                self._finish_build()
+
+        __init__._finishes_build = True
+        cls.__init__ = __init__
 
     def __init__(self, arch: str, variant: Optional[str] = None,
                  subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
@@ -144,9 +196,15 @@ class SelectableBackbone(BaseModule):
         self.theta_rank: Optional[int] = theta_rank if spec_rank is None else int(spec_rank)
 
     # ----------------------------------------------------------------- supernet / subnet
+    def _finish_build(self) -> None:
+        """Run once, after the outermost ``__init__`` of the instance's class (never by a
+        family): :meth:`_apply_subnet`, then freeze ``frozen_stages``."""
+        self._apply_subnet()
+        self._freeze_stages()
+
     def _apply_subnet(self) -> None:
-        """Call at the end of a family's ``__init__``: checks ``theta_rank`` against the built
-        Linear_θ layers, then prunes to ``subnet`` if one was given."""
+        """Part of :meth:`_finish_build`: checks ``theta_rank`` against the built Linear_θ
+        layers, then prunes to ``subnet`` if one was given."""
         self._check_theta_rank()
         if self.subnet_spec is None:
             return
@@ -242,6 +300,22 @@ class SelectableBackbone(BaseModule):
         :class:`~mmdcs.selection.DCSAttention`) map onto the image (family specific)."""
         raise NotImplementedError(f'{type(self).__name__} has no attention layout')
 
+    # ----------------------------------------------------------------- Grad-CAM
+    def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
+        """The output of :attr:`cam_layer` (or its gradient) for images of ``image_hw`` as
+        (B, C, h, w) (family specific; :func:`feature_to_bchw` for maps or square grids)."""
+        raise NotImplementedError(f'{type(self).__name__} does not say how its features map '
+                                  'onto the image (tokens_to_bchw)')
+
+    # ----------------------------------------------------------------- checkpoints of others
+    @classmethod
+    def convert_checkpoint(cls, state_dict: Dict[str, Tensor], arch: str,
+                           layout: str = 'timm') -> Dict[str, Tensor]:
+        """A state dict of ``layout`` (one of ``checkpoint_layouts``; ``'timm'``: a timm model
+        of ``timm_models[arch]``) → the state dict of the family's mmpretrain classifier
+        (``backbone.*``, ``head.*``); ValueError / KeyError when it is not of that arch."""
+        raise NotImplementedError(f'{cls.__name__} converts no checkpoints (convert_checkpoint)')
+
     # ----------------------------------------------------------------- frozen stages
     def stem_parts(self) -> List[FrozenPart]:
         """What ``frozen_stages=0`` freezes (family specific, see the module docs)."""
@@ -296,6 +370,88 @@ class SelectableBackbone(BaseModule):
                            f'{missing[:10]}{" ..." if len(missing) > 10 else ""}; unexpected '
                            f'keys: {unexpected[:10]}{" ..." if len(unexpected) > 10 else ""}')
         return missing, unexpected
+
+
+def _overrides(cls: type, name: str) -> bool:
+    """Whether ``cls`` defines ``name`` below :class:`SelectableBackbone`."""
+    for k in cls.__mro__:
+        if k is SelectableBackbone:
+            return False
+        if name in vars(k):
+            return True
+    return False
+
+
+def contract_gaps(cls: Type[SelectableBackbone]) -> List[str]:
+    """What the family class ``cls`` lacks of the backbone contract (see the module docs),
+    one line per piece, each naming it; ``[]`` for a complete family."""
+    gaps = []
+    if not (isinstance(cls.family, str) and cls.family):
+        gaps.append('family: the family name (a non-empty string)')
+    if not cls.arch_zoo:
+        gaps.append('arch_zoo: arch → settings (at least one arch)')
+    if cls.paper_variant not in VARIANTS or cls.paper_variant == 'baseline':
+        gaps.append(f'paper_variant: the variant the papers apply to the family (one of '
+                    f'{", ".join(v for v in VARIANTS if v != "baseline")}), got '
+                    f'{cls.paper_variant!r}')
+    if not (isinstance(cls.cam_layer, str) and cls.cam_layer):
+        gaps.append('cam_layer: the default Grad-CAM layer (a dotted path in the backbone)')
+    if not (isinstance(cls.nominal_size, int) and cls.nominal_size > 0):
+        gaps.append(f'nominal_size: a positive int, got {cls.nominal_size!r}')
+    methods = ['cost_terms', 'tokens_to_bchw', 'stem_parts', 'stage_parts']
+    if cls.softmax_attention:
+        methods.append('attention_layout')
+    gaps += [f'{m}(): not implemented' + (' (or softmax_attention = False)'
+                                         if m == 'attention_layout' else '')
+             for m in methods if not _overrides(cls, m)]
+    if not isinstance(cls.timm_models, dict):
+        gaps.append('timm_models: arch → timm model name ({} for none)')
+    elif cls.timm_models:
+        if not _overrides(cls, 'convert_checkpoint'):
+            gaps.append('convert_checkpoint(): not implemented (timm_models is not empty)')
+        unknown = sorted(set(cls.timm_models) - set(cls.arch_zoo))
+        if unknown and cls.arch_zoo:
+            gaps.append(f'timm_models: archs not in arch_zoo: {unknown}')
+    return gaps
+
+
+def backbone_classes() -> Dict[str, Type[SelectableBackbone]]:
+    """Family name → mmdcs backbone class: every :class:`SelectableBackbone` subclass with a
+    ``family`` and an ``arch_zoo`` (each family file registers its class on import), a peer
+    method's backbone (``is_peer``) excepted; the first class of a family (a subclass of it,
+    e.g. DynamicViT of ViT, is not the family)."""
+    out, stack = {}, list(SelectableBackbone.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls.family and cls.arch_zoo and not cls.is_peer:
+            out.setdefault(cls.family, cls)
+        stack.extend(cls.__subclasses__())
+    return out
+
+
+def backbone_class(arch_or_family: str) -> Type[SelectableBackbone]:
+    """The backbone class of an arch (``'vit-s16'``) or a family (``'vit'``)."""
+    classes = backbone_classes()
+    if arch_or_family in classes:
+        return classes[arch_or_family]
+    for cls in classes.values():
+        if arch_or_family in cls.arch_zoo:
+            return cls
+    archs = sorted(a for c in classes.values() for a in c.arch_zoo)
+    raise ValueError(f'unknown arch {arch_or_family!r}; valid: {", ".join(archs)}')
+
+
+def feature_to_bchw(act: Tensor, channels_last: bool = False) -> Tensor:
+    """A feature map (B, C, h, w) as it is, (B, h, w, C) with ``channels_last``, or the tokens
+    (B, N, C) of a square grid, as (B, C, h, w) (:meth:`SelectableBackbone.tokens_to_bchw`)."""
+    if act.dim() == 4 and channels_last:
+        return act.permute(0, 3, 1, 2)
+    if act.dim() == 3:  # tokens (B, N, C)
+        side = int(math.isqrt(act.shape[1]))
+        return act.reshape(act.shape[0], side, side, -1).permute(0, 3, 1, 2)
+    if act.dim() != 4:
+        raise ValueError(f'Grad-CAM needs a spatial activation, got shape {tuple(act.shape)}')
+    return act
 
 
 class AttentionLayout:

@@ -91,6 +91,13 @@ class TokenPruningMixin:
     modules the method adds, :data:`PREDICTOR_KEYS`) and the state of the last forward."""
     #: a peer method's backbone (the backbone contract, :class:`SelectableBackbone`)
     is_peer = True
+    #: the peer's arch names that the plain family spells otherwise (DeiT → ViT)
+    plain_archs: Dict[str, str] = {}
+
+    @property
+    def plain_arch(self) -> str:
+        """The arch of the plain family backbone this one is timed against."""
+        return self.plain_archs.get(self.arch, self.arch)
 
     def load_converted(self, state_dict: dict, strict: bool = True):
         """Load a (converted) ViT / DeiT / Swin state dict; the predictors (and Swin's fast
@@ -130,6 +137,7 @@ class DynamicViT(TokenPruningMixin, ViT):
         'deit-s': ViT.arch_zoo['vit-s16'],
         'deit-b': ViT.arch_zoo['vit-b16'],
     })
+    plain_archs = {'deit-s': 'vit-s16', 'deit-b': 'vit-b16'}
 
     def __init__(self, arch: str = 'deit-s', keep_ratio: Optional[float] = 0.7,
                  keep_ratios: Optional[Sequence[float]] = None,

@@ -47,7 +47,7 @@ from mmdcs.selection import (DEFAULT_GATE_INIT, ChannelSelector, CostTerm, QKCha
 from mmdcs.selection.mlp import (inverted_bottleneck_norms, narrow_inverted_bottleneck_,
                                  zero_positions)
 from ..heads.efficientvit_head import EfficientViTClsHead  # noqa: F401  (importable here too)
-from .base import SelectableBackbone, normalize_out_indices
+from .base import SelectableBackbone, check_choice, feature_to_bchw, normalize_out_indices
 
 __all__ = ['EfficientViT', 'LiteMLA', 'TIMM_MODELS', 'convert_timm']
 
@@ -368,6 +368,15 @@ class EfficientVitStage(nn.Module):
 
 
 # ----------------------------------------------------------------------------- backbone
+#: arch -> timm model name (for conversion and the equivalence tests)
+TIMM_MODELS = {
+    'efficientvit-b0': 'efficientvit_b0',
+    'efficientvit-b1': 'efficientvit_b1',
+    'efficientvit-b2': 'efficientvit_b2',
+    'efficientvit-b3': 'efficientvit_b3',
+}
+
+
 @MODELS.register_module()
 class EfficientViT(SelectableBackbone):
     """EfficientViT-B (MIT) backbone with DCS / KCR variants.
@@ -400,6 +409,11 @@ class EfficientViT(SelectableBackbone):
     num_stages = 4
     #: LiteMLA is ReLU linear attention, ReLU(Q)(ReLU(K)ᵀV): no softmax attention matrix
     softmax_attention = False
+    #: the DCS paper's EfficientViT-B1 (method.md §9)
+    paper_variant = 'dcs'
+    #: the last stage (a (B, C, h, w) map)
+    cam_layer = 'stages.-1'
+    timm_models = TIMM_MODELS
 
     def __init__(self, arch: str = 'efficientvit-b1', variant: Optional[str] = None,
                  subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
@@ -436,8 +450,6 @@ class EfficientViT(SelectableBackbone):
         self.head_in_conv = ConvNormAct(widths[-1], s['head_widths'][0], 1,
                                         norm_layer=norm_layer, act_layer=act_layer) if (
                                             self.num_outputs - 1 in self.out_indices) else None
-        self._apply_subnet()
-        self._freeze_stages()
 
     # ----------------------------------------------------------------- forward
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
@@ -458,6 +470,15 @@ class EfficientViT(SelectableBackbone):
 
     def stage_parts(self, i: int) -> list:
         return [self.stages[i]]
+
+    def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
+        return feature_to_bchw(act)
+
+    @classmethod
+    def convert_checkpoint(cls, state_dict: Dict[str, Tensor], arch: str,
+                           layout: str = 'timm') -> Dict[str, Tensor]:
+        check_choice('layout', layout, cls.checkpoint_layouts, cls.__name__)
+        return convert_timm(state_dict, arch)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -535,14 +556,6 @@ class EfficientViT(SelectableBackbone):
 
 
 # ----------------------------------------------------------------------------- timm conversion
-TIMM_MODELS = {
-    'efficientvit-b0': 'efficientvit_b0',
-    'efficientvit-b1': 'efficientvit_b1',
-    'efficientvit-b2': 'efficientvit_b2',
-    'efficientvit-b3': 'efficientvit_b3',
-}
-
-
 def convert_timm(state_dict: Dict[str, Tensor], arch: str) -> Dict[str, Tensor]:
     """A timm ``efficientvit_b*`` state dict → the state dict of the mmpretrain ImageClassifier
     of ``configs/_base_/models/efficientvit_<arch>.py`` (``backbone.*`` keeps timm's names;

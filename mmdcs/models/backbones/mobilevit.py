@@ -61,7 +61,7 @@ from mmdcs.selection.cost import mlp_cost_term
 from mmdcs.selection.mlp import (inverted_bottleneck_norms, narrow_inverted_bottleneck_,
                                  zero_positions)
 from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
-                   enclosing_module, normalize_out_indices, query_cell)
+                   enclosing_module, feature_to_bchw, normalize_out_indices, query_cell)
 
 #: arch -> timm model name (for conversion and the equivalence tests)
 TIMM_MODELS = {
@@ -323,6 +323,11 @@ class MobileViT(SelectableBackbone):
     family = 'mobilevit'
     #: the input size of the paper's FLOPs (cost terms are counted at it)
     nominal_size = 256
+    #: the DCS paper's MobileViT-XS/S (method.md §9)
+    paper_variant = 'dcs'
+    #: the last stage (a (B, C, h, w) map)
+    cam_layer = 'stages.-1'
+    timm_models = TIMM_MODELS
     # Per stage: output channels, stride, inverted residual blocks, and (0 if none) the
     # transformer width D and depth L of the stage's MobileViT block.
     arch_zoo = {
@@ -408,8 +413,6 @@ class MobileViT(SelectableBackbone):
         self.out_channels = tuple(s['channels'][:-1]) + (self.num_features, )
 
         self._timm_init()
-        self._apply_subnet()
-        self._freeze_stages()
 
     # ------------------------------------------------------------------ init
     @torch.no_grad()
@@ -523,6 +526,15 @@ class MobileViT(SelectableBackbone):
 
     def attention_layout(self, name: str) -> 'PatchLayout':
         return PatchLayout(enclosing_module(self, name, MobileViTBlock))
+
+    def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
+        return feature_to_bchw(act)
+
+    @classmethod
+    def convert_checkpoint(cls, state_dict: Dict[str, Tensor], arch: str,
+                           layout: str = 'timm') -> Dict[str, Tensor]:
+        check_choice('layout', layout, cls.checkpoint_layouts, cls.__name__)
+        return convert_timm(state_dict, arch)
 
     def train(self, mode: bool = True) -> 'MobileViT':
         super().train(mode)

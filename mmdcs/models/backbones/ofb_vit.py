@@ -172,6 +172,11 @@ class OFBViT(OFBSupernetMixin, BaseModule):
 
     # ----------------------------------------------------------------- sizes
     @property
+    def plain_arch(self) -> str:
+        """The arch of the plain ViT this one is timed against (``'deit-s'`` → ``'vit-s16'``)."""
+        return {v: k for k, v in self.aliases.items()}.get(self.arch, self.arch)
+
+    @property
     def embed_dim(self) -> int:
         return self.cls_token.shape[-1]
 

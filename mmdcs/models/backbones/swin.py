@@ -45,7 +45,7 @@ from mmdcs.registry import MODELS
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP, mlp_residual
 from mmdcs.selection.cost import mlp_cost_term
 from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
-                   enclosing_module, normalize_out_indices, query_cell)
+                   enclosing_module, feature_to_bchw, normalize_out_indices, query_cell)
 
 Size = Tuple[int, int]
 
@@ -375,6 +375,13 @@ class Swin(SelectableBackbone):
     """
     family = 'swin'
     takes_img_size = True
+    #: KCR's Swin-T/B (method.md §9)
+    paper_variant = 'kcr'
+    #: the last stage (its output is (B, H, W, C))
+    cam_layer = 'layers.-1'
+    timm_models = TIMM_MODELS
+    #: besides timm's: Microsoft's original checkpoints
+    checkpoint_layouts = ('timm', 'official')
     arch_zoo = {
         'swin-t': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
         'swin-s': dict(embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)),
@@ -421,8 +428,6 @@ class Swin(SelectableBackbone):
         for i in self.out_indices:
             self.add_module(f'norm{i}', nn.LayerNorm(self.num_features[i]))
         self._init_weights()
-        self._apply_subnet()
-        self._freeze_stages()
 
     def _init_weights(self) -> None:
         """timm's init (truncated normal .02 on linear weights, zero biases), leaving the
@@ -449,6 +454,27 @@ class Swin(SelectableBackbone):
 
     def attention_layout(self, name: str) -> 'WindowLayout':
         return WindowLayout(enclosing_module(self, name, SwinBlock))
+
+    def final_token_norm(self) -> Tuple[nn.Module, bool]:
+        """The module whose output is the final normalised token map (B, H, W, C: no class
+        token), the last stage's norm (DynamicViT's token distillation)."""
+        name = f'norm{self.num_stages - 1}'
+        if not hasattr(self, name):
+            raise ValueError(f'DynamicViTClassifier: the token distillation needs the last stage '
+                             f'of {type(self).__name__} in out_indices')
+        return getattr(self, name), False
+
+    def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
+        """A stage's output (B, H, W, C) → (B, C, H, W)."""
+        return feature_to_bchw(act, channels_last=True)
+
+    @classmethod
+    def convert_checkpoint(cls, state_dict: Dict[str, Tensor], arch: str,
+                           layout: str = 'timm') -> Dict[str, Tensor]:
+        check_choice('layout', layout, cls.checkpoint_layouts, cls.__name__)
+        if layout == 'official':
+            return convert_official_swin(state_dict, arch)
+        return convert_timm(state_dict, arch)
 
     def forward(self, x: Tensor) -> Tuple[Tensor, ...]:
         x = self.patch_embed(x)

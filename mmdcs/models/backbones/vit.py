@@ -35,8 +35,8 @@ from mmdcs.utils.errors import InputError
 from mmdcs.selection import DEFAULT_GATE_INIT, CostTerm, DCSAttention, GatedMLP, SubnetSpec
 from mmdcs.selection import QKChannelSelector, mlp_residual, prunable_modules
 from mmdcs.selection.cost import mlp_cost_term
-from .base import (AttentionLayout, SelectableBackbone, drop_path_rates, normalize_out_indices,
-                   query_cell)
+from .base import (AttentionLayout, SelectableBackbone, check_choice, drop_path_rates,
+                   feature_to_bchw, normalize_out_indices, query_cell)
 
 #: arch -> timm model name (for conversion and the equivalence tests)
 TIMM_MODELS = {
@@ -204,6 +204,13 @@ class ViT(SelectableBackbone):
     """
     family = 'vit'
     takes_img_size = True
+    #: KCR's ViT-S/B (method.md §9)
+    paper_variant = 'kcr'
+    #: the first norm of the last block: its output feeds the last attention (the last block's
+    #: own output reaches the prediction through the class token only, so its patch tokens get
+    #: no gradient), as mmpretrain's vis_cam does
+    cam_layer = 'blocks.-1.norm1'
+    timm_models = TIMM_MODELS
     arch_zoo: Dict[str, dict] = {
         'deit-tiny': dict(embed_dim=192, depth=12, num_heads=3, mlp_ratio=4., patch_size=16),
         'vit-s16': dict(embed_dim=384, depth=12, num_heads=6, mlp_ratio=4., patch_size=16),
@@ -262,9 +269,7 @@ class ViT(SelectableBackbone):
         self.norm = nn.LayerNorm(dim, eps=1e-6) if final_norm else nn.Identity()
         if out_type == 'avg_featmap':
             self.fc_norm = nn.LayerNorm(dim, eps=1e-6)
-        self._apply_subnet()
         self._set_frozen_stages(frozen_stages)
-        self._freeze_stages()
 
     # ----------------------------------------------------------------- contract
     def stem_parts(self) -> list:
@@ -278,6 +283,25 @@ class ViT(SelectableBackbone):
 
     def attention_layout(self, name: str) -> 'TokenLayout':
         return TokenLayout(self.patch_size, self.num_prefix_tokens)
+
+    def final_token_norm(self) -> Tuple[nn.Module, bool]:
+        """The module whose output is the final normalised token map (B, 1 + h·w, C), and that
+        it starts with the class token (DynamicViT's token distillation)."""
+        return self.norm, True
+
+    def tokens_to_bchw(self, act: Tensor, image_hw: Tuple[int, int]) -> Tensor:
+        """Tokens (B, prefix + h·w, C) → the patch grid of ``image_hw`` (B, C, h, w)."""
+        if act.dim() != 3:
+            return feature_to_bchw(act)
+        gh, gw = image_hw[0] // self.patch_size, image_hw[1] // self.patch_size
+        tokens = act[:, self.num_prefix_tokens:]
+        return tokens.reshape(act.shape[0], gh, gw, -1).permute(0, 3, 1, 2)
+
+    @classmethod
+    def convert_checkpoint(cls, state_dict: Dict[str, Tensor], arch: str,
+                           layout: str = 'timm') -> Dict[str, Tensor]:
+        check_choice('layout', layout, cls.checkpoint_layouts, cls.__name__)
+        return convert_timm(state_dict, arch)
 
     # ----------------------------------------------------------------- init / checkpoints
     def init_weights(self) -> None:

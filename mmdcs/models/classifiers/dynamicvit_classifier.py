@@ -113,13 +113,11 @@ class DynamicViTClassifier(ImageClassifier):
         """The module whose output is the final normalised token map, and whether it carries a
         class token first (ViT) or is a (B, H, W, C) map (Swin)."""
         bb = model.backbone
-        if hasattr(bb, 'blocks') and hasattr(bb, 'norm'):
-            return bb.norm, True
-        name = f'norm{bb.num_stages - 1}'
-        if not hasattr(bb, name):
-            raise ValueError(f'DynamicViTClassifier: the token distillation needs the last stage '
-                             f'of {type(bb).__name__} in out_indices')
-        return getattr(bb, name), False
+        final = getattr(bb, 'final_token_norm', None)  # the family's (ViT, Swin)
+        if final is None:
+            raise ValueError(f'DynamicViTClassifier: {type(bb).__name__} has no final token map '
+                             'for the token distillation (final_token_norm)')
+        return final()
 
     @torch.no_grad()
     def teacher_outputs(self, inputs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
