@@ -44,6 +44,8 @@ RESOURCES = ('flops', 'params')
 #: the kinds of prunable units a budget ranks: a block's channels (D̃) and a module's hidden
 #: units (H̃); a unit is ``(kind, path)``
 CHANNELS, HIDDEN = 'channels', 'hidden'
+#: an attention's heads (``select_heads=True``, method.md §2.4); a unit is ``(HEADS, path)``
+HEADS = 'heads'
 #: how scores of different units are made comparable (:func:`normalize_scores`)
 NORMALIZATIONS = (None, 'mean')
 
@@ -182,6 +184,10 @@ class LinearCost:
         pair_hidden: block name → the path of its hidden selector (for ``pair``).
         hidden_coef: hidden selector path → count per kept hidden unit (its own weights).
         hidden_dims: hidden selector path → H.
+        head_coef: head-selected attention path → count per kept head (its rows of q, k, v and
+            of Linear_θ, its columns of proj, its share of q·kᵀ and attn·v): linear in the kept
+            heads, independent of the other widths (measured, :func:`calibrate_cost`).
+        head_dims: head-selected attention path → number of heads.
     """
     resource: str
     baseline: float
@@ -194,11 +200,21 @@ class LinearCost:
     pair_hidden: Dict[str, str] = field(default_factory=dict)
     hidden_coef: Dict[str, float] = field(default_factory=dict)
     hidden_dims: Dict[str, int] = field(default_factory=dict)
+    head_coef: Dict[str, float] = field(default_factory=dict)
+    head_dims: Dict[str, int] = field(default_factory=dict)
 
     def at(self, kept: Dict[str, float],
-           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+           hidden_kept: Optional[Dict[str, float]] = None,
+           heads_kept: Optional[Dict[str, float]] = None) -> float:
         """The count with ``kept[name]`` channels in every block (and ``hidden_kept[path]``
-        hidden units in every hidden-selected module; default: all)."""
+        hidden units in every hidden-selected module, ``heads_kept[path]`` heads in every
+        head-selected attention; default: all)."""
+        a = dict(self.head_dims, **(heads_kept or {}))
+        return self._at(kept, hidden_kept) + sum(c * float(a[k])
+                                                 for k, c in self.head_coef.items())
+
+    def _at(self, kept: Dict[str, float],
+            hidden_kept: Optional[Dict[str, float]] = None) -> float:
         h = dict(self.hidden_dims, **(hidden_kept or {}))
         total = self.const + sum(self.coef[n] * float(kept[n]) for n in self.coef)
         total += sum(c * float(kept[n]) * float(h[self.pair_hidden[n]])
@@ -214,7 +230,8 @@ class LinearCost:
                 else c for n, c in self.coef.items()}
         const = self.const + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
         return LinearCost(self.resource, self.baseline, const, coef, dict(self.dims),
-                          self.input_size, dict(self.meta, hidden_kept=dict(hidden_kept)))
+                          self.input_size, dict(self.meta, hidden_kept=dict(hidden_kept)),
+                          head_coef=dict(self.head_coef), head_dims=dict(self.head_dims))
 
     # ------------------------------------------------------------------ units
     def unit_dims(self) -> Dict[Tuple[str, str], int]:
@@ -222,13 +239,15 @@ class LinearCost:
         width."""
         out = {(CHANNELS, n): int(d) for n, d in self.dims.items()}
         out.update(((HIDDEN, k), int(h)) for k, h in self.hidden_dims.items())
+        out.update(((HEADS, k), int(h)) for k, h in self.head_dims.items())
         return out
 
     def count(self, widths: Dict[Tuple[str, str], float]) -> float:
         """The count at the widths of :meth:`unit_dims`' units (missing: full width)."""
         kept = {n: widths.get((CHANNELS, n), d) for n, d in self.dims.items()}
         hidden = {k: widths.get((HIDDEN, k), h) for k, h in self.hidden_dims.items()}
-        return self.at(kept, hidden)
+        heads = {k: widths.get((HEADS, k), h) for k, h in self.head_dims.items()}
+        return self.at(kept, hidden, heads)
 
     def marginal(self, unit: Tuple[str, str], widths: Dict[Tuple[str, str], float]) -> float:
         """d count / d width of ``unit`` at ``widths`` (exact: the count is linear in each
@@ -247,6 +266,8 @@ class LinearCost:
                 if k == name:
                     c += self.pair[n] * float(widths.get((CHANNELS, n), self.dims[n]))
             return c
+        if kind == HEADS:
+            return self.head_coef[name]
         raise KeyError(f'unknown unit kind {kind!r}')
 
     @property
@@ -265,7 +286,8 @@ class LinearCost:
         channels / hidden units (its full width if that is smaller)."""
         m = max(1, int(multiple_of))
         return self.at({n: min(m, d) for n, d in self.dims.items()},
-                       {k: min(m, h) for k, h in self.hidden_dims.items()})
+                       {k: min(m, h) for k, h in self.hidden_dims.items()},
+                       {k: 1 for k in self.head_dims})  # heads: never rounded up
 
     def ratio(self, count: float) -> float:
         return count / self.baseline
@@ -305,9 +327,11 @@ class LinearCost:
         return ratio * self.baseline
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
-                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+                 hidden: Optional[Dict[str, nn.Module]] = None,
+                 heads: Optional[Dict[str, nn.Module]] = None) -> Tensor:
         """The differentiable expected count, E[D̃_j] from each block's selector (and E[H̃_k]
-        from each hidden selector in ``hidden``, path → selector)."""
+        from each hidden selector in ``hidden``, E[kept heads] = Σ sigmoid(α) from each head
+        selector in ``heads``, path → selector; an attention not given: all heads)."""
         d = {n: selectors[n].expected_kept(expectation) for n in self.coef}
         h = {k: (hidden[k].expected_kept(expectation) if hidden and k in hidden
                  else float(self.hidden_dims[k])) for k in self.hidden_dims}
@@ -319,6 +343,9 @@ class LinearCost:
             total = term if total is None else total + term
         for k, c in self.hidden_coef.items():
             total = total + c * h[k]
+        for k, c in self.head_coef.items():
+            total = total + c * (heads[k].expected_kept(expectation) if heads and k in heads
+                                 else float(self.head_dims[k]))
         return total + self.const
 
 

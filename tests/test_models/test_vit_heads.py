@@ -211,3 +211,60 @@ def test_onnx_parity_of_a_head_pruned_subnet(tmp_path):
         assert shapes[f'net.{h.name}.qkv.bias'] == (3 * 64 * h.kept, )
         assert shapes[f'net.{h.name}.qk_select.theta.bias'] == (64 * h.kept, )
     assert sum(h.kept for h in spec.heads) < 36
+
+
+@pytest.mark.parametrize('resource', ['flops', 'params'])
+def test_calibrated_cost_prices_heads_exactly(resource):
+    """calibrate_cost's count of exported subnets (heads and MLP channels pruned together) is
+    mmengine's count of the pruned network, exactly; a head's coefficient is its closed form."""
+    from mmdcs.models.counting import calibrate_cost
+    from mmdcs.selection.budget import CHANNELS, HEADS
+    m = _supernet(4)
+    cost = calibrate_cost(m, resource, (IMG, IMG))
+    assert set(cost.head_dims) == {f'blocks.{i}.attn' for i in range(12)}
+    N, D, d = 1 + (IMG // 16)**2, 192, 64
+    per_head = (3 * N * D * d + 2 * N * N * d + N * d * D + N * D * d if resource == 'flops'
+                else 3 * d * (D + 1) + d * D + d * (D + 1))
+    assert all(c == per_head for c in cost.head_coef.values())
+    assert cost.unit_dims()[(HEADS, 'blocks.0.attn')] == 3
+    assert cost.marginal((HEADS, 'blocks.0.attn'), {}) == per_head
+    for seed in (4, 5):
+        m = _supernet(seed)
+        spec = m.export_subnet()
+        p = copy.deepcopy(m)
+        apply_subnet_(p, spec)
+        widths = {(CHANNELS, b.name): b.kept for b in spec.blocks}
+        widths.update(((HEADS, h.name), h.kept) for h in spec.heads)
+        got = count_flops(p, IMG) if resource == 'flops' else count_params(p)
+        assert cost.count(widths) == got
+    # the expected count: E[kept heads] = Σ sigmoid(α) enters linearly, with a gradient
+    sels = {n: mod.select for n, mod in m.named_modules() if hasattr(mod, 'pruned')}
+    heads = head_selectors(m)
+    e = cost.expected(sels, 'gate', heads=heads)
+    e.backward()
+    manual = cost.at({n: float(s.expected_kept().detach()) for n, s in sels.items()}, {},
+                     {k: float(s.expected_kept().detach()) for k, s in heads.items()})
+    assert_close_scaled(e.detach(), torch.tensor(manual), 1e-6)  # float32 sums
+    assert all(s.alpha.grad is not None for s in heads.values())
+
+
+def test_projection_to_a_flops_budget_ranks_heads_with_channels():
+    """The end of a search (project_to_budget) puts {α > 0} of channels and heads on the
+    budget: the exported subnet's mmengine FLOPs within 1 % below the target."""
+    from mmdcs.models.counting import calibrate_cost
+    from mmdcs.selection.budget_search import project_to_budget
+    m = _supernet(6)
+    with torch.no_grad():  # start from everything kept
+        for p in arch_parameters(m):
+            p.abs_()
+    cost = calibrate_cost(m, 'flops', (IMG, IMG))
+    sels = {n: mod.select for n, mod in m.named_modules() if hasattr(mod, 'pruned')}
+    budget = 0.7 * cost.baseline
+    rep = project_to_budget(cost, sels, budget, {}, head_selectors=head_selectors(m))
+    assert sum(rep['heads_kept'].values()) < 36 and min(rep['heads_kept'].values()) >= 1
+    spec = m.export_subnet()
+    p = copy.deepcopy(m)
+    apply_subnet_(p, spec)
+    flops = count_flops(p, IMG)
+    assert flops == rep['after']
+    assert 0.99 * budget <= flops <= budget
