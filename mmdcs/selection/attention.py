@@ -109,6 +109,17 @@ class DCSAttention(nn.Module):
         first = F.one_hot(alpha.argmax(), alpha.numel()).to(g.dtype)
         return torch.where(g.sum() > 0, g, first)
 
+    @torch.no_grad()
+    def head_norms(self) -> Tensor:
+        """The L2 norm of each head's weights: its rows of q, k and v (weights and biases)
+        and its columns of ``proj`` (the magnitude pruner's score of a head)."""
+        h, hd = self.num_heads, self.head_dim
+        w = self.qkv.weight.reshape(3, h, hd, -1).pow(2).sum(dim=(0, 2, 3))
+        if self.qkv.bias is not None:
+            w = w + self.qkv.bias.reshape(3, h, hd).pow(2).sum(dim=(0, 2))
+        w = w + self.proj.weight.reshape(-1, h, hd).pow(2).sum(dim=(0, 2))
+        return w.sqrt()
+
     def head_channels(self, keep: Sequence[int]) -> Tensor:
         """The q (= k = v) channel indices of the heads ``keep``."""
         hd = self.head_dim

@@ -36,8 +36,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
-                     prunable_modules)
+from .subnet import (BlockSelection, SubnetSpec, head_prunable_modules, head_selectors,
+                     hidden_prunable_modules, hidden_selectors, prunable_modules)
 
 #: what a budget can count
 RESOURCES = ('flops', 'params')
@@ -384,6 +384,10 @@ def normalize_scores(scores: Dict[Hashable, Tensor],
     return out
 
 
+def _is_heads(unit) -> bool:
+    return isinstance(unit, tuple) and len(unit) == 2 and unit[0] == HEADS
+
+
 def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, int],
                            count: Callable[[Dict[Hashable, int]], float],
                            marginal: Callable[[Hashable, Dict[Hashable, int]], float],
@@ -425,7 +429,8 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
             raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
         order[u] = s.argsort(descending=True, stable=True)
         cum[u] = torch.cat([s.new_zeros(1), s[order[u]].cumsum(0)]).tolist()
-        sizes[u] = _removal_sizes(int(dims[u]), m)
+        # heads are whole units: removed one at a time whatever multiple_of
+        sizes[u] = _removal_sizes(int(dims[u]), 1 if _is_heads(u) else m)
     rank = {u: i for i, u in enumerate(units)}
     full = {u: int(d) for u, d in dims.items()}
     partners = {u: [v for v in units if v != u and _paired(u, v, marginal, full)]
@@ -513,23 +518,31 @@ def _paired(u, v, marginal, widths) -> bool:
 
 def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
                    cost: ResourceCost, budget: float, multiple_of: int = 1,
-                   normalize: Optional[str] = None, tolerance: Optional[float] = None
+                   normalize: Optional[str] = None, tolerance: Optional[float] = None,
+                   head_scores: Optional[Dict[str, Tensor]] = None
                    ) -> Tuple[Dict[str, List[int]], Dict[str, List[int]]]:
     """(kept channels per block, kept hidden units per hidden-selected module) at ``budget``:
     channels and hidden units ranked jointly by score per unit of marginal cost
     (:func:`select_units_to_budget` on ``cost``). ``normalize``: :func:`normalize_scores`;
     ``tolerance``: how far below the budget the count may end before the greedy tries to get
-    closer (default 0.1 % of the baseline)."""
+    closer (default 0.1 % of the baseline). ``head_scores`` (attention path → a score per
+    head; ``select_heads``): the heads are ranked with them, one head at a time, and a third
+    dict is returned (attention path → kept heads)."""
     units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
     units.update(((HIDDEN, k), s) for k, s in (hidden_scores or {}).items()
                  if k in cost.hidden_dims)
+    units.update(((HEADS, k), s) for k, s in (head_scores or {}).items()
+                 if k in (getattr(cost, 'head_dims', {}) or {}))
     units = normalize_scores(units, normalize)
     if tolerance is None:
         tolerance = 1e-3 * abs(cost.baseline)
     keep = select_units_to_budget(units, cost.unit_dims(), cost.count, cost.marginal, budget,
                                   multiple_of, tolerance)
-    return ({n: keep[(CHANNELS, n)] for n in cost.dims},
-            {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
+    out = ({n: keep[(CHANNELS, n)] for n in cost.dims},
+           {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
+    if head_scores is not None:
+        return out + ({k: keep[(HEADS, k)] for k in (getattr(cost, 'head_dims', {}) or {})}, )
+    return out
 
 
 def select_to_budget(scores: Dict[str, Tensor], cost: ResourceCost, budget: float,
@@ -580,6 +593,19 @@ def hidden_magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
     return out
 
 
+def head_magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
+    """Head-selected attention path → L2 norm of each head's weights (``head_norms()``: its
+    q, k, v rows and proj columns), the magnitude pruner's score of a head."""
+    attentions = head_prunable_modules(model)
+    return {name: attentions[name].head_norms() for name in head_selectors(model)}
+
+
+def head_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
+    """Head-selected attention path → sigmoid(α) of each head."""
+    return {name: torch.sigmoid(sel.alpha.detach().float())
+            for name, sel in head_selectors(model).items()}
+
+
 def alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
     """Block name → sigmoid(α) (the searched probability that each channel is open)."""
     return {name: torch.sigmoid(m.select.alpha.detach().float())
@@ -596,7 +622,8 @@ def hidden_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
 def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   scores: Dict[str, Tensor], cost: ResourceCost, target: float,
                   multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
-                  normalize: Optional[str] = None, **meta) -> SubnetSpec:
+                  normalize: Optional[str] = None,
+                  head_scores: Optional[Dict[str, Tensor]] = None, **meta) -> SubnetSpec:
     """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count).
 
     Channels (``scores``) and, with hidden-unit selection, hidden units (``hidden_scores``;
@@ -604,16 +631,22 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     :func:`select_jointly`. :class:`BudgetError` (one line) when the target is outside
     (floor, ceiling) or the greedy cannot get within ±1 % of the baseline of it (groups of
     ``multiple_of`` too coarse). ``meta`` records the target and what was achieved (absolute
-    and ratio)."""
+    and ratio). ``head_scores`` (attention path → a score per head; ``select_heads``): the
+    heads are ranked with them, one head at a time (at least one kept); without them every
+    head is kept."""
     name = f'--target-{cost.resource}'
     budget = cost.check_target(target, name, multiple_of)
     if cost.hidden_dims and hidden_scores is None:
         hidden_scores = hidden_alpha_scores(model)
-    keep, hidden_keep = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
-                                       normalize)
+    head_dims = getattr(cost, 'head_dims', {}) or {}
+    selected = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
+                              normalize, head_scores=head_scores if head_dims else None)
+    keep, hidden_keep = selected[:2]
+    head_keep = selected[2] if len(selected) > 2 else {}
     kept = {n: len(k) for n, k in keep.items()}
     hidden_kept = {k: len(v) for k, v in hidden_keep.items()}
-    achieved = cost.at(kept, hidden_kept)
+    achieved = (cost.at(kept, hidden_kept, {k: len(v) for k, v in head_keep.items()})
+                if head_keep else cost.at(kept, hidden_kept))
     if abs(achieved - budget) > 0.01 * cost.baseline:
         raise BudgetError(
             f'{name} = {float(target):g} cannot be met within ±1 % of the baseline: the nearest '
@@ -621,6 +654,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
             f'{cost.ratio(achieved):.4f}; use a smaller --multiple-of')
     blocks = [BlockSelection(n, cost.dims[n], keep[n]) for n in prunable_modules(model)]
     hidden = [BlockSelection(k, cost.hidden_dims[k], hidden_keep[k]) for k in cost.hidden_dims]
+    heads = [BlockSelection(k, head_dims[k], sorted(int(i) for i in v))
+             for k, v in head_keep.items()]
     meta = dict(meta)
     if getattr(model, 'theta_rank', None) is not None and getattr(model, 'qk_select', None):
         meta.setdefault('theta_rank', int(model.theta_rank))  # the pruned network rebuilds it
@@ -630,6 +665,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                           input_size=list(cost.input_size) if cost.input_size else None,
                           ranked='channels and hidden units' if hidden and any(
                               k in cost.hidden_dims for k in hidden_scores or {}) else 'channels')
+    if heads:
+        meta['budget']['ranked'] += ' and heads'
     if normalize:
         meta['budget']['normalize'] = normalize
     if cost.resource not in RESOURCES and getattr(cost, 'meta', None):
@@ -638,4 +675,4 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                                   if v is None or isinstance(v, (str, int, float, bool, list))}
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
-    return SubnetSpec(family, arch, variant, blocks, meta, hidden)
+    return SubnetSpec(family, arch, variant, blocks, meta, hidden, heads)

@@ -268,3 +268,46 @@ def test_projection_to_a_flops_budget_ranks_heads_with_channels():
     flops = count_flops(p, IMG)
     assert flops == rep['after']
     assert 0.99 * budget <= flops <= budget
+
+
+def test_magnitude_scores_of_heads():
+    """A head's magnitude score is the L2 norm of its q, k, v rows (and biases) and proj
+    columns, computed here by hand from the slices."""
+    from mmdcs.selection.budget import head_magnitude_scores
+    m = _supernet(2)
+    scores = head_magnitude_scores(m)
+    assert set(scores) == {f'blocks.{i}.attn' for i in range(12)}
+    attn = m.blocks[5].attn
+    for h in range(3):
+        rows = [part * 192 + h * 64 + j for part in range(3) for j in range(64)]
+        cols = list(range(h * 64, (h + 1) * 64))
+        ref = (attn.qkv.weight[rows].pow(2).sum() + attn.qkv.bias[rows].pow(2).sum()
+               + attn.proj.weight[:, cols].pow(2).sum()).sqrt()
+        assert_close_scaled(scores['blocks.5.attn'][h], ref, 1e-6, f'head {h}')
+    # a head with larger weights scores higher
+    with torch.no_grad():
+        attn.proj.weight[:, :64] *= 10
+    assert int(head_magnitude_scores(m)['blocks.5.attn'].argmax()) == 0
+
+
+@pytest.mark.parametrize('method', ['alpha', 'magnitude'])
+@pytest.mark.parametrize('target', [0.5, 0.7])
+def test_export_to_a_flops_budget_ranks_heads_within_one_percent(method, target):
+    """budget_subnet with the scorer's head scores: heads pruned with channels, the built
+    network's mmengine FLOPs within ±1 % of the target (of the baseline's)."""
+    from mmdcs.models.counting import calibrate_cost
+    from mmdcs.selection import budget_subnet
+    from mmdcs.selection.importance import get_scorer
+    m = _supernet(7)
+    cost = calibrate_cost(m, 'flops', (IMG, IMG))
+    scorer = get_scorer(method)
+    scores, hidden = scorer(m)
+    spec = budget_subnet(m, 'vit', 'deit-tiny', 'dcs', scores, cost, target,
+                         hidden_scores=hidden, normalize=scorer.normalize,
+                         head_scores=scorer.heads(m))
+    assert spec.heads and sum(h.kept for h in spec.heads) < 36
+    assert 'heads' in spec.meta['budget']['ranked']
+    p = _pruned(m, spec)
+    flops = count_flops(p, IMG)
+    assert flops == spec.meta['budget']['achieved']
+    assert abs(flops / cost.baseline - target) <= 0.01
