@@ -8,7 +8,7 @@ the same module serves full and windowed attention (for windows, B is batch × w
 mask is per token inside each window). Parameter names follow timm's ``Attention`` (``qkv``,
 ``proj``), so timm checkpoints load directly.
 
-Head selection (``select_heads=True``, beyond the papers, method.md §2.4): a gate per head,
+Head selection (``select_heads=True``, beyond the papers, method.md §2.7): a gate per head,
 g = gate(α_heads) (a :class:`ChannelSelector` over the heads, searched like the channel α), scales
 each head's output before ``proj``; :meth:`DCSAttention.prune_heads_` removes a pruned head's rows
 of q, k, v (and of Linear_θ's output), and its columns of ``proj``.

@@ -44,7 +44,7 @@ RESOURCES = ('flops', 'params')
 #: the kinds of prunable units a budget ranks: a block's channels (D̃) and a module's hidden
 #: units (H̃); a unit is ``(kind, path)``
 CHANNELS, HIDDEN = 'channels', 'hidden'
-#: an attention's heads (``select_heads=True``, method.md §2.4); a unit is ``(HEADS, path)``
+#: an attention's heads (``select_heads=True``, method.md §2.7); a unit is ``(HEADS, path)``
 HEADS = 'heads'
 #: how scores of different units are made comparable (:func:`normalize_scores`)
 NORMALIZATIONS = (None, 'mean')

@@ -1,4 +1,4 @@
-"""Head selection on ViT (``select_heads=True``, method.md §2.4): a gate per head beside the
+"""Head selection on ViT (``select_heads=True``, method.md §2.7): a gate per head beside the
 channel gates; the exported subnet lists the kept heads (format 3; formats 1 and 2 still load);
 the pruned attention is physically narrower (rows of q, k, v and of Linear_θ, columns of proj)
 and computes what the supernet computes in eval, at non-square and padded sizes; its FLOPs

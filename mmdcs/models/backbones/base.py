@@ -419,6 +419,9 @@ def contract_gaps(cls: Type[SelectableBackbone]) -> List[str]:
                     f'{cls.paper_variant!r}')
     if not (isinstance(cls.cam_layer, str) and cls.cam_layer):
         gaps.append('cam_layer: the default Grad-CAM layer (a dotted path in the backbone)')
+    if not isinstance(cls.supports_heads, bool):
+        gaps.append(f'supports_heads: True or False (head selection), got '
+                    f'{cls.supports_heads!r}')
     if not (isinstance(cls.nominal_size, int) and cls.nominal_size > 0):
         gaps.append(f'nominal_size: a positive int, got {cls.nominal_size!r}')
     methods = ['cost_terms', 'tokens_to_bchw', 'stem_parts', 'stage_parts']

@@ -198,7 +198,7 @@ class ViT(SelectableBackbone):
             k >= 1 also blocks 0..k-1 (and ``norm`` / ``fc_norm`` with the last block), as
             mmpretrain's VisionTransformer (see :class:`SelectableBackbone`).
         select_heads: a gate per attention head (α of heads beside α of channels, searched
-            by the same loop; method.md §2.4); the subnet's ``heads`` list the kept heads and
+            by the same loop; method.md §2.7); the subnet's ``heads`` list the kept heads and
             the pruned attentions are narrower. Off by default (the papers).
         dynamic_img_pad: zero-pad an input size that 16 does not divide at the right and
             bottom (as mmseg's and mmpretrain's ViT, timm's ``dynamic_img_pad=True``). Default
@@ -221,7 +221,7 @@ class ViT(SelectableBackbone):
         'vit-b16': dict(embed_dim=768, depth=12, num_heads=12, mlp_ratio=4., patch_size=16),
     }
     num_prefix_tokens = 1
-    #: a gate per head (``select_heads=True``) and a subnet's kept heads (method.md §2.4)
+    #: a gate per head (``select_heads=True``) and a subnet's kept heads (method.md §2.7)
     supports_heads = True
 
     def __init__(self, arch: str = 'deit-tiny', variant: Optional[str] = None,
