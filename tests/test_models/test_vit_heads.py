@@ -311,3 +311,15 @@ def test_export_to_a_flops_budget_ranks_heads_within_one_percent(method, target)
     flops = count_flops(p, IMG)
     assert flops == spec.meta['budget']['achieved']
     assert abs(flops / cost.baseline - target) <= 0.01
+
+
+def test_contract_declares_head_selection(monkeypatch):
+    """supports_heads is part of the contract: every family declares it (the base's False:
+    absent), ViT supports heads, a non-bool declaration is a gap."""
+    from mmdcs.models.backbones.base import backbone_classes, contract_gaps
+    classes = backbone_classes()
+    assert classes['vit'].supports_heads is True
+    assert all(c.supports_heads is False for f, c in classes.items() if f != 'vit')
+    assert not any(g.startswith('supports_heads') for g in contract_gaps(ViT))
+    monkeypatch.setattr(ViT, 'supports_heads', 'yes')
+    assert any(g.startswith('supports_heads:') for g in contract_gaps(ViT))
