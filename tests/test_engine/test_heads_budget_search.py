@@ -69,3 +69,23 @@ def test_search_with_head_gates_ends_on_the_flops_target():
                                    head=dict(type='LinearClsHead', num_classes=10,
                                              in_channels=192)))
     assert lin.at(kept, {}, heads_kept) == count_flops(pruned, (1, 3, 16, 16))
+
+
+def test_a_budget_that_does_not_cost_heads_is_refused_in_one_line(monkeypatch):
+    """select_heads with a resource whose cost has no head terms (as the latency table's) is
+    one line naming the resource, not a search whose budget ignores the heads."""
+    import dataclasses
+
+    from mmdcs.analysis.complexity import calibrate_cost
+    from mmdcs.selection import budget as budget_mod
+    from mmdcs.selection.budget import BudgetError
+
+    def headless(model, input_size=None):
+        return dataclasses.replace(calibrate_cost(model, 'flops', input_size), head_coef={},
+                                   head_dims={})
+
+    monkeypatch.setitem(budget_mod._RESOURCES, 'headless', (headless, (), 'test'))
+    with pytest.raises(BudgetError) as e:
+        _classifier(dict(headless=0.7))
+    assert str(e.value) == ('select_heads: the headless budget does not cost heads (the exact '
+                            'flops and params do)')

@@ -187,6 +187,12 @@ class ChannelSelectionClassifier(ImageClassifier):
             size = (size, size)
         # the budget's cost model, by name: the exact count (flops, params), or a latency table
         linear = build_cost(resource, self, size, **options)
+        # select_heads: E[kept heads] = Σ sigmoid(α) enters the count linearly
+        self._head_selectors = head_selectors(self.backbone)
+        if self._head_selectors and set(self._head_selectors) != set(
+                getattr(linear, 'head_dims', {}) or {}):
+            raise BudgetError(f'select_heads: the {resource} budget does not cost heads (the '
+                              'exact flops and params do)')
         budget = linear.check_target(target[resource], f'cost.target.{resource}')
         self._budget = linear
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
@@ -194,12 +200,6 @@ class ChannelSelectionClassifier(ImageClassifier):
         self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
         # select_hidden: the hidden gates enter the count bilinearly (E[D̃]·E[H̃])
         self._hidden_selectors = hidden_selectors(self.backbone)
-        # select_heads: E[kept heads] = Σ sigmoid(α) enters the count linearly
-        self._head_selectors = head_selectors(self.backbone)
-        if self._head_selectors and set(self._head_selectors) != set(
-                getattr(linear, 'head_dims', {}) or {}):
-            raise BudgetError(f'select_heads: the {resource} budget does not cost heads (the '
-                              'exact flops and params do)')
         # the violation is measured in units of what the search can change (every channel kept
         # minus one per block): the same ρ and c for a backbone whose selected widths are most
         # of its count (DeiT's MLPs) and one where they are a small share (MobileViT's)
