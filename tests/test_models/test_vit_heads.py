@@ -323,3 +323,38 @@ def test_contract_declares_head_selection(monkeypatch):
     assert not any(g.startswith('supports_heads') for g in contract_gaps(ViT))
     monkeypatch.setattr(ViT, 'supports_heads', 'yes')
     assert any(g.startswith('supports_heads:') for g in contract_gaps(ViT))
+
+
+@pytest.mark.parametrize('method', ['alpha', 'magnitude'])
+def test_export_api_writes_the_heads_and_builds_the_narrow_network(tmp_path, method):
+    """mmdcs.apis.export.export_subnet on a select_heads config: the subnet file (format 3)
+    lists the kept heads, the pruned checkpoint loads into the network built from the file, and
+    the measured FLOPs are within ±1 % of the target."""
+    import mmpretrain.utils
+    from mmengine.config import Config
+
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.apis.subnet_io import build_model
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    path = str(tmp_path / 'heads.py')
+    with open(path, 'w') as f:
+        f.write("default_scope = 'mmpretrain'\nmodel = dict(type='ImageClassifier', "
+                "backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='dcs', img_size=32, "
+                "select_heads=True), neck=None, head=dict(type='LinearClsHead', "
+                "num_classes=10, in_channels=192))\n")
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(path).model, 'mmpretrain')
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith('alpha'):
+                p.copy_(torch.randn(p.shape, generator=g).abs() + 0.1)
+    ckpt = str(tmp_path / 'heads.pth')
+    torch.save({'state_dict': model.state_dict()}, ckpt)
+    res = export_subnet(path, ckpt, str(tmp_path / 'out'), method=method,
+                        target=('flops', 0.6))
+    with open(res.subnet) as f:
+        data = json.load(f)
+    assert data['format'] == 'mmdcs.subnet/3' and len(data['heads']) == 12
+    assert sum(h['kept'] for h in data['heads']) < 36
+    assert res.budget['measured']['flops']['ratio'] == pytest.approx(0.6, abs=0.01)
