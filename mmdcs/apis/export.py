@@ -274,9 +274,11 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
                 spec.meta['seed'] = int(ctx['seed'])
         else:
             # channels and hidden units ranked jointly (BudgetError: one line, nothing written)
+            head_scores = scorer.heads(backbone) if scorer.heads is not None else None
             spec = budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
                                  scores, budget_cost, ratio, multiple_of,
                                  hidden_scores=hidden_scores, normalize=scorer.normalize,
+                                 head_scores=head_scores or None,
                                  method=method, **meta)
         costs.setdefault(resource, budget_cost)
         empty = []

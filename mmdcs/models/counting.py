@@ -33,7 +33,7 @@ from mmengine.analysis import FlopAnalyzer
 from mmengine.analysis.jit_handles import get_shape
 
 from mmdcs.selection import (BlockSelection, QKChannelSelector, SubnetSpec, apply_subnet_,
-                             hidden_selectors, prunable_modules)
+                             head_selectors, hidden_selectors, prunable_modules)
 from mmdcs.selection.budget import RESOURCES, BudgetError, LinearCost, register_resource
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
 from mmdcs.selection.subnet import file_sha256
@@ -364,9 +364,12 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
         thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
                   for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
         theta = float(sum(p.numel() for t in thetas for p in t.parameters()))
+    head_coef, head_dims = _head_coefficients(model, backbone, prefix, resource, shape, dims,
+                                              hidden_dims, counts[0], same)
     cost = LinearCost(resource, baseline=full - theta, const=0., coef=coef, dims=dims,
-                      input_size=tuple(size), meta=dict(probes=len(corners)), pair=pair,
-                      pair_hidden=pair_hidden, hidden_coef=hidden_coef, hidden_dims=hidden_dims)
+                      input_size=tuple(size), meta=dict(probes=len(corners) + bool(head_dims)),
+                      pair=pair, pair_hidden=pair_hidden, hidden_coef=hidden_coef,
+                      hidden_dims=hidden_dims, head_coef=head_coef, head_dims=head_dims)
     cost.const = full - cost.at(dims)
     # the count at the probes' widths must be what was counted (the bilinear form holds)
     for (d_half, h_half), total in zip(corners, totals):
@@ -377,6 +380,40 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
                                f'{type(backbone).__name__} is {pred:.0f} where the probe counts '
                                f'{total:.0f}')
     return cost
+
+
+def _head_coefficients(model, backbone, prefix, resource, shape, dims, hidden_dims, full,
+                       same) -> Tuple[Dict[str, float], Dict[str, int]]:
+    """(attention path → count per kept head, → number of heads) of the head-selected
+    attentions (``select_heads=True``): one more probe, about half of every attention's heads
+    kept (channels and hidden units all kept), counted and broken down by module like the other
+    probes. An attention's own count (q, k, v, the products, proj, Linear_θ) is linear in its
+    kept heads; anything outside the attentions that changes is an internal error."""
+    head_dims = {k: int(sel.dim) for k, sel in head_selectors(backbone).items()}
+    if not head_dims:
+        return {}, {}
+    hhalf = _distinct_halves(head_dims)
+    probe = copy.deepcopy(model)
+    spec = SubnetSpec(backbone.family, backbone.arch, backbone.variant,
+                      [BlockSelection(n, d, list(range(d))) for n, d in dims.items()],
+                      hidden=[BlockSelection(k, h, list(range(h)))
+                              for k, h in hidden_dims.items()],
+                      heads=[BlockSelection(k, h, list(range(hhalf[k])))
+                             for k, h in head_dims.items()])
+    apply_subnet_(probe if model is backbone else probe.get_submodule(prefix[:-1]), spec)
+    total, out, _ = _own_counts(probe, resource, shape)
+    head_coef, explained = {}, 0.
+    for k, h in head_dims.items():
+        if h == hhalf[k]:  # a single head: nothing to select, its cost stays in the constant
+            head_coef[k] = 0.
+            continue
+        d = full[1][prefix + k] - out[prefix + k]
+        head_coef[k] = d / (h - hhalf[k])
+        explained += d
+    if not same(full[0] - total, explained):
+        raise RuntimeError(f'internal: the {resource} of {type(backbone).__name__} change with '
+                           'the kept heads outside its attentions')
+    return head_coef, head_dims
 
 
 def _exact_count(resource: str):

@@ -17,7 +17,8 @@ from .gates import BinaryGumbelGate
 from .mlp import GatedMLP, PrunedMLP, mlp_residual
 from .selectors import DEFAULT_GATE_INIT, ChannelSelector, QKChannelSelector
 from .subnet import (SUBNET_FORMAT, SUBNET_FORMATS, BlockSelection, SubnetError, SubnetSpec,
-                     apply_subnet_, export_subnet, file_sha256, hidden_layout,
+                     apply_subnet_, export_subnet, file_sha256, head_layout,
+                     head_prunable_modules, head_selectors, hidden_layout,
                      hidden_prunable_modules, hidden_selectors, prunable_modules,
                      prune_state_dict, selector_layout)
 from .utils import arch_parameters, gates, set_temperature
@@ -27,7 +28,7 @@ __all__ = [
     'DCSAttention', 'GatedMLP', 'PrunedMLP', 'mlp_residual', 'CostModel', 'CostTerm',
     'COST_MODES', 'EXPECTATIONS', 'SUBNET_FORMAT', 'SUBNET_FORMATS', 'hidden_layout',
     'hidden_prunable_modules', 'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError',
-    'export_subnet',
+    'export_subnet', 'head_layout', 'head_prunable_modules', 'head_selectors',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
     'arch_parameters', 'gates', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
     'alpha_scores', 'budget_subnet', 'magnitude_scores', 'select_to_budget'

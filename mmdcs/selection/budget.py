@@ -36,14 +36,16 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
-                     prunable_modules)
+from .subnet import (BlockSelection, SubnetSpec, head_prunable_modules, head_selectors,
+                     hidden_prunable_modules, hidden_selectors, prunable_modules)
 
 #: what a budget can count
 RESOURCES = ('flops', 'params')
 #: the kinds of prunable units a budget ranks: a block's channels (D̃) and a module's hidden
 #: units (H̃); a unit is ``(kind, path)``
 CHANNELS, HIDDEN = 'channels', 'hidden'
+#: an attention's heads (``select_heads=True``, method.md §2.7); a unit is ``(HEADS, path)``
+HEADS = 'heads'
 #: how scores of different units are made comparable (:func:`normalize_scores`)
 NORMALIZATIONS = (None, 'mean')
 
@@ -182,6 +184,10 @@ class LinearCost:
         pair_hidden: block name → the path of its hidden selector (for ``pair``).
         hidden_coef: hidden selector path → count per kept hidden unit (its own weights).
         hidden_dims: hidden selector path → H.
+        head_coef: head-selected attention path → count per kept head (its rows of q, k, v and
+            of Linear_θ, its columns of proj, its share of q·kᵀ and attn·v): linear in the kept
+            heads, independent of the other widths (measured, :func:`calibrate_cost`).
+        head_dims: head-selected attention path → number of heads.
     """
     resource: str
     baseline: float
@@ -194,11 +200,21 @@ class LinearCost:
     pair_hidden: Dict[str, str] = field(default_factory=dict)
     hidden_coef: Dict[str, float] = field(default_factory=dict)
     hidden_dims: Dict[str, int] = field(default_factory=dict)
+    head_coef: Dict[str, float] = field(default_factory=dict)
+    head_dims: Dict[str, int] = field(default_factory=dict)
 
     def at(self, kept: Dict[str, float],
-           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+           hidden_kept: Optional[Dict[str, float]] = None,
+           heads_kept: Optional[Dict[str, float]] = None) -> float:
         """The count with ``kept[name]`` channels in every block (and ``hidden_kept[path]``
-        hidden units in every hidden-selected module; default: all)."""
+        hidden units in every hidden-selected module, ``heads_kept[path]`` heads in every
+        head-selected attention; default: all)."""
+        a = dict(self.head_dims, **(heads_kept or {}))
+        return self._at(kept, hidden_kept) + sum(c * float(a[k])
+                                                 for k, c in self.head_coef.items())
+
+    def _at(self, kept: Dict[str, float],
+            hidden_kept: Optional[Dict[str, float]] = None) -> float:
         h = dict(self.hidden_dims, **(hidden_kept or {}))
         total = self.const + sum(self.coef[n] * float(kept[n]) for n in self.coef)
         total += sum(c * float(kept[n]) * float(h[self.pair_hidden[n]])
@@ -214,7 +230,8 @@ class LinearCost:
                 else c for n, c in self.coef.items()}
         const = self.const + sum(c * float(h[k]) for k, c in self.hidden_coef.items())
         return LinearCost(self.resource, self.baseline, const, coef, dict(self.dims),
-                          self.input_size, dict(self.meta, hidden_kept=dict(hidden_kept)))
+                          self.input_size, dict(self.meta, hidden_kept=dict(hidden_kept)),
+                          head_coef=dict(self.head_coef), head_dims=dict(self.head_dims))
 
     # ------------------------------------------------------------------ units
     def unit_dims(self) -> Dict[Tuple[str, str], int]:
@@ -222,13 +239,15 @@ class LinearCost:
         width."""
         out = {(CHANNELS, n): int(d) for n, d in self.dims.items()}
         out.update(((HIDDEN, k), int(h)) for k, h in self.hidden_dims.items())
+        out.update(((HEADS, k), int(h)) for k, h in self.head_dims.items())
         return out
 
     def count(self, widths: Dict[Tuple[str, str], float]) -> float:
         """The count at the widths of :meth:`unit_dims`' units (missing: full width)."""
         kept = {n: widths.get((CHANNELS, n), d) for n, d in self.dims.items()}
         hidden = {k: widths.get((HIDDEN, k), h) for k, h in self.hidden_dims.items()}
-        return self.at(kept, hidden)
+        heads = {k: widths.get((HEADS, k), h) for k, h in self.head_dims.items()}
+        return self.at(kept, hidden, heads)
 
     def marginal(self, unit: Tuple[str, str], widths: Dict[Tuple[str, str], float]) -> float:
         """d count / d width of ``unit`` at ``widths`` (exact: the count is linear in each
@@ -247,6 +266,8 @@ class LinearCost:
                 if k == name:
                     c += self.pair[n] * float(widths.get((CHANNELS, n), self.dims[n]))
             return c
+        if kind == HEADS:
+            return self.head_coef[name]
         raise KeyError(f'unknown unit kind {kind!r}')
 
     @property
@@ -265,7 +286,8 @@ class LinearCost:
         channels / hidden units (its full width if that is smaller)."""
         m = max(1, int(multiple_of))
         return self.at({n: min(m, d) for n, d in self.dims.items()},
-                       {k: min(m, h) for k, h in self.hidden_dims.items()})
+                       {k: min(m, h) for k, h in self.hidden_dims.items()},
+                       {k: 1 for k in self.head_dims})  # heads: never rounded up
 
     def ratio(self, count: float) -> float:
         return count / self.baseline
@@ -305,9 +327,11 @@ class LinearCost:
         return ratio * self.baseline
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
-                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+                 hidden: Optional[Dict[str, nn.Module]] = None,
+                 heads: Optional[Dict[str, nn.Module]] = None) -> Tensor:
         """The differentiable expected count, E[D̃_j] from each block's selector (and E[H̃_k]
-        from each hidden selector in ``hidden``, path → selector)."""
+        from each hidden selector in ``hidden``, E[kept heads] = Σ sigmoid(α) from each head
+        selector in ``heads``, path → selector; an attention not given: all heads)."""
         d = {n: selectors[n].expected_kept(expectation) for n in self.coef}
         h = {k: (hidden[k].expected_kept(expectation) if hidden and k in hidden
                  else float(self.hidden_dims[k])) for k in self.hidden_dims}
@@ -319,6 +343,9 @@ class LinearCost:
             total = term if total is None else total + term
         for k, c in self.hidden_coef.items():
             total = total + c * h[k]
+        for k, c in self.head_coef.items():
+            total = total + c * (heads[k].expected_kept(expectation) if heads and k in heads
+                                 else float(self.head_dims[k]))
         return total + self.const
 
 
@@ -355,6 +382,10 @@ def normalize_scores(scores: Dict[Hashable, Tensor],
             s = s / mean if mean > 0 else torch.ones_like(s)
         out[key] = s
     return out
+
+
+def _is_heads(unit) -> bool:
+    return isinstance(unit, tuple) and len(unit) == 2 and unit[0] == HEADS
 
 
 def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, int],
@@ -398,7 +429,8 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
             raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
         order[u] = s.argsort(descending=True, stable=True)
         cum[u] = torch.cat([s.new_zeros(1), s[order[u]].cumsum(0)]).tolist()
-        sizes[u] = _removal_sizes(int(dims[u]), m)
+        # heads are whole units: removed one at a time whatever multiple_of
+        sizes[u] = _removal_sizes(int(dims[u]), 1 if _is_heads(u) else m)
     rank = {u: i for i, u in enumerate(units)}
     full = {u: int(d) for u, d in dims.items()}
     partners = {u: [v for v in units if v != u and _paired(u, v, marginal, full)]
@@ -486,23 +518,31 @@ def _paired(u, v, marginal, widths) -> bool:
 
 def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
                    cost: ResourceCost, budget: float, multiple_of: int = 1,
-                   normalize: Optional[str] = None, tolerance: Optional[float] = None
+                   normalize: Optional[str] = None, tolerance: Optional[float] = None,
+                   head_scores: Optional[Dict[str, Tensor]] = None
                    ) -> Tuple[Dict[str, List[int]], Dict[str, List[int]]]:
     """(kept channels per block, kept hidden units per hidden-selected module) at ``budget``:
     channels and hidden units ranked jointly by score per unit of marginal cost
     (:func:`select_units_to_budget` on ``cost``). ``normalize``: :func:`normalize_scores`;
     ``tolerance``: how far below the budget the count may end before the greedy tries to get
-    closer (default 0.1 % of the baseline)."""
+    closer (default 0.1 % of the baseline). ``head_scores`` (attention path → a score per
+    head; ``select_heads``): the heads are ranked with them, one head at a time, and a third
+    dict is returned (attention path → kept heads)."""
     units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
     units.update(((HIDDEN, k), s) for k, s in (hidden_scores or {}).items()
                  if k in cost.hidden_dims)
+    units.update(((HEADS, k), s) for k, s in (head_scores or {}).items()
+                 if k in (getattr(cost, 'head_dims', {}) or {}))
     units = normalize_scores(units, normalize)
     if tolerance is None:
         tolerance = 1e-3 * abs(cost.baseline)
     keep = select_units_to_budget(units, cost.unit_dims(), cost.count, cost.marginal, budget,
                                   multiple_of, tolerance)
-    return ({n: keep[(CHANNELS, n)] for n in cost.dims},
-            {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
+    out = ({n: keep[(CHANNELS, n)] for n in cost.dims},
+           {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
+    if head_scores is not None:
+        return out + ({k: keep[(HEADS, k)] for k in (getattr(cost, 'head_dims', {}) or {})}, )
+    return out
 
 
 def select_to_budget(scores: Dict[str, Tensor], cost: ResourceCost, budget: float,
@@ -553,6 +593,19 @@ def hidden_magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
     return out
 
 
+def head_magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
+    """Head-selected attention path → L2 norm of each head's weights (``head_norms()``: its
+    q, k, v rows and proj columns), the magnitude pruner's score of a head."""
+    attentions = head_prunable_modules(model)
+    return {name: attentions[name].head_norms() for name in head_selectors(model)}
+
+
+def head_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
+    """Head-selected attention path → sigmoid(α) of each head."""
+    return {name: torch.sigmoid(sel.alpha.detach().float())
+            for name, sel in head_selectors(model).items()}
+
+
 def alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
     """Block name → sigmoid(α) (the searched probability that each channel is open)."""
     return {name: torch.sigmoid(m.select.alpha.detach().float())
@@ -569,7 +622,8 @@ def hidden_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
 def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   scores: Dict[str, Tensor], cost: ResourceCost, target: float,
                   multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
-                  normalize: Optional[str] = None, **meta) -> SubnetSpec:
+                  normalize: Optional[str] = None,
+                  head_scores: Optional[Dict[str, Tensor]] = None, **meta) -> SubnetSpec:
     """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count).
 
     Channels (``scores``) and, with hidden-unit selection, hidden units (``hidden_scores``;
@@ -577,16 +631,22 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     :func:`select_jointly`. :class:`BudgetError` (one line) when the target is outside
     (floor, ceiling) or the greedy cannot get within ±1 % of the baseline of it (groups of
     ``multiple_of`` too coarse). ``meta`` records the target and what was achieved (absolute
-    and ratio)."""
+    and ratio). ``head_scores`` (attention path → a score per head; ``select_heads``): the
+    heads are ranked with them, one head at a time (at least one kept); without them every
+    head is kept."""
     name = f'--target-{cost.resource}'
     budget = cost.check_target(target, name, multiple_of)
     if cost.hidden_dims and hidden_scores is None:
         hidden_scores = hidden_alpha_scores(model)
-    keep, hidden_keep = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
-                                       normalize)
+    head_dims = getattr(cost, 'head_dims', {}) or {}
+    selected = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
+                              normalize, head_scores=head_scores if head_dims else None)
+    keep, hidden_keep = selected[:2]
+    head_keep = selected[2] if len(selected) > 2 else {}
     kept = {n: len(k) for n, k in keep.items()}
     hidden_kept = {k: len(v) for k, v in hidden_keep.items()}
-    achieved = cost.at(kept, hidden_kept)
+    achieved = (cost.at(kept, hidden_kept, {k: len(v) for k, v in head_keep.items()})
+                if head_keep else cost.at(kept, hidden_kept))
     if abs(achieved - budget) > 0.01 * cost.baseline:
         raise BudgetError(
             f'{name} = {float(target):g} cannot be met within ±1 % of the baseline: the nearest '
@@ -594,6 +654,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
             f'{cost.ratio(achieved):.4f}; use a smaller --multiple-of')
     blocks = [BlockSelection(n, cost.dims[n], keep[n]) for n in prunable_modules(model)]
     hidden = [BlockSelection(k, cost.hidden_dims[k], hidden_keep[k]) for k in cost.hidden_dims]
+    heads = [BlockSelection(k, head_dims[k], sorted(int(i) for i in v))
+             for k, v in head_keep.items()]
     meta = dict(meta)
     if getattr(model, 'theta_rank', None) is not None and getattr(model, 'qk_select', None):
         meta.setdefault('theta_rank', int(model.theta_rank))  # the pruned network rebuilds it
@@ -603,6 +665,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                           input_size=list(cost.input_size) if cost.input_size else None,
                           ranked='channels and hidden units' if hidden and any(
                               k in cost.hidden_dims for k in hidden_scores or {}) else 'channels')
+    if heads:
+        meta['budget']['ranked'] += ' and heads'
     if normalize:
         meta['budget']['normalize'] = normalize
     if cost.resource not in RESOURCES and getattr(cost, 'meta', None):
@@ -611,4 +675,4 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                                   if v is None or isinstance(v, (str, int, float, bool, list))}
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
-    return SubnetSpec(family, arch, variant, blocks, meta, hidden)
+    return SubnetSpec(family, arch, variant, blocks, meta, hidden, heads)

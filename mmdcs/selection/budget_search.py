@@ -27,7 +27,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .budget import CHANNELS, HIDDEN, ResourceCost, select_units_to_budget
+from .budget import CHANNELS, HEADS, HIDDEN, ResourceCost, select_units_to_budget
 
 
 #: what the search and its projection need of a budget's cost model: the one interface of
@@ -75,7 +75,8 @@ def _unit_cost(cost):
 
 
 def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
-                   hidden_scores: Optional[Dict[str, Tensor]] = None
+                   hidden_scores: Optional[Dict[str, Tensor]] = None,
+                   head_scores: Optional[Dict[str, Tensor]] = None
                    ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], float]:
     """The kept channels (and hidden units) that meet ``budget`` from below, ranked jointly:
     the export's greedy (:func:`~mmdcs.selection.budget.select_units_to_budget`, one element
@@ -96,6 +97,9 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
         scores: block name → a positive score per channel (higher: keep first), e.g. σ(α).
         budget: the absolute budget.
         hidden_scores: hidden selector path → a score per hidden unit (``select_hidden``).
+        head_scores: attention path → a score per head (``select_heads``; a ``LinearCost``
+            with ``head_dims``); the kept heads are returned in ``head_scores``' place
+            (see :func:`project_to_budget`) as ``keep_c[(HEADS, path)]``.
 
     Returns:
         (block name → kept channel indices, path → kept hidden indices, the count).
@@ -105,6 +109,8 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
              for n, s in scores.items()}
     units.update(((HIDDEN, k), torch.as_tensor(s, dtype=torch.float64).flatten())
                  for k, s in (hidden_scores or {}).items())
+    units.update(((HEADS, k), torch.as_tensor(s, dtype=torch.float64).flatten())
+                 for k, s in (head_scores or {}).items())
     # as the export: a last removal may end up to 0.1 % of the baseline below the budget before
     # the greedy looks for a finer one
     keep = select_units_to_budget(units, dims, count, marginal, budget,
@@ -113,13 +119,16 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
     keep_c = {n: torch.as_tensor(keep[(CHANNELS, n)], dtype=torch.long) for n in scores}
     keep_h = {k: torch.as_tensor(keep[(HIDDEN, k)], dtype=torch.long)
               for k in (hidden_scores or {})}
+    keep_c.update(((HEADS, k), torch.as_tensor(keep[(HEADS, k)], dtype=torch.long))
+                  for k in (head_scores or {}))
     return keep_c, keep_h, float(count(widths))
 
 
 @torch.no_grad()
 def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float,
                       hidden_selectors: Optional[Dict[str, torch.nn.Module]] = None,
-                      margin: float = 1e-3) -> dict:
+                      margin: float = 1e-3,
+                      head_selectors: Optional[Dict[str, torch.nn.Module]] = None) -> dict:
     """End a search on the budget: rank by σ(α) (:func:`rank_to_budget`) and move α so that
     the deployed set {α > 0} is the ranked one. Only the α whose side of 0 changes move: a kept
     one to ``max(α, margin)``, a dropped one to ``min(α, -margin)``; the order of the α within
@@ -131,26 +140,37 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
         budget: the absolute budget.
         hidden_selectors: hidden selector path → selector (``select_hidden``).
         margin: how far past 0 a moved α is put.
+        head_selectors: attention path → head selector (``select_heads``): the heads are
+            ranked with the channels and hidden units, by σ(α) per unit of marginal cost.
 
     Returns:
         dict(before=the count of {α > 0} before, after=the count after, flipped=number of α
         moved, kept=block → D̃, hidden_kept=path → H̃).
     """
     hidden_selectors = hidden_selectors or {}
+    head_selectors = head_selectors or {}
     if not margin > 0 or not math.isfinite(margin):
         raise ValueError(f'margin must be a positive number, got {margin}')
 
     def deployed():
         h = dict(getattr(cost, 'hidden_dims', {}) or {})
         h.update({k: int((s.alpha > 0).sum()) for k, s in hidden_selectors.items()})
-        return float(cost.at({n: int((s.alpha > 0).sum()) for n, s in selectors.items()}, h))
+        kept = {n: int((s.alpha > 0).sum()) for n, s in selectors.items()}
+        if head_selectors:
+            # the deployed heads: {α > 0}, at least the one of largest α
+            heads = {k: max(1, int((s.alpha > 0).sum())) for k, s in head_selectors.items()}
+            return float(cost.at(kept, h, heads))
+        return float(cost.at(kept, h))
 
     before = deployed()
     keep_c, keep_h, _ = rank_to_budget(
         cost, {n: torch.sigmoid(s.alpha.double()) for n, s in selectors.items()}, budget,
-        {k: torch.sigmoid(s.alpha.double()) for k, s in hidden_selectors.items()})
+        {k: torch.sigmoid(s.alpha.double()) for k, s in hidden_selectors.items()},
+        {k: torch.sigmoid(s.alpha.double()) for k, s in head_selectors.items()})
+    keep_a = {k: keep_c.pop((HEADS, k)) for k in head_selectors}
     flipped = 0
-    for table, keep in ((selectors, keep_c), (hidden_selectors, keep_h)):
+    for table, keep in ((selectors, keep_c), (hidden_selectors, keep_h),
+                        (head_selectors, keep_a)):
         for name, sel in table.items():
             alpha = sel.alpha
             mask = torch.zeros(alpha.numel(), dtype=torch.bool, device=alpha.device)
@@ -161,4 +181,5 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
             alpha.copy_(new)
     return dict(before=before, after=deployed(), flipped=flipped,
                 kept={n: int((s.alpha > 0).sum()) for n, s in selectors.items()},
-                hidden_kept={k: int((s.alpha > 0).sum()) for k, s in hidden_selectors.items()})
+                hidden_kept={k: int((s.alpha > 0).sum()) for k, s in hidden_selectors.items()},
+                heads_kept={k: int((s.alpha > 0).sum()) for k, s in head_selectors.items()})

@@ -53,8 +53,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .budget import (NORMALIZATIONS, BudgetError, alpha_scores, hidden_alpha_scores,
-                     hidden_magnitude_scores, human, magnitude_scores)
+from .budget import (NORMALIZATIONS, BudgetError, alpha_scores, head_alpha_scores,
+                     head_magnitude_scores, hidden_alpha_scores, hidden_magnitude_scores, human,
+                     magnitude_scores)
 from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
                      prunable_modules)
 
@@ -71,6 +72,9 @@ class Scorer:
     needs_data: bool = False
     help: str = ''
     widths: Optional[Callable[..., Tuple[Dict[str, int], Dict[str, int]]]] = None
+    #: ``fn(backbone) -> attention path → a score per head`` (``select_heads``); None: the
+    #: scorer does not rank heads (every head kept)
+    heads: Optional[Callable[[nn.Module], Dict[str, Tensor]]] = None
 
     def __call__(self, backbone: nn.Module, **ctx) -> Scores:
         channel, hidden = self.fn(backbone, **ctx)
@@ -83,7 +87,7 @@ SCORERS: Dict[str, Scorer] = {}
 
 def register_scorer(name: str, *, normalize: Optional[str] = None, baseline: bool = False,
                     needs_data: bool = False, help: str = '', force: bool = False,
-                    widths: Optional[Callable] = None):
+                    widths: Optional[Callable] = None, heads: Optional[Callable] = None):
     """Decorator: register ``fn(backbone, **ctx) -> (channel_scores, hidden_scores)`` under
     ``name`` (ValueError if taken, unless ``force``); ``widths``: the scorer fixes the widths
     (see the module's documentation)."""
@@ -94,7 +98,8 @@ def register_scorer(name: str, *, normalize: Optional[str] = None, baseline: boo
         if name in SCORERS and not force:
             raise ValueError(f'a scorer named {name!r} is registered already')
         SCORERS[name] = Scorer(name, fn, normalize, bool(baseline), bool(needs_data),
-                               help or (fn.__doc__ or '').strip().split('\n')[0], widths)
+                               help or (fn.__doc__ or '').strip().split('\n')[0], widths,
+                               heads)
         return fn
 
     return wrap
@@ -114,14 +119,16 @@ def get_scorer(name: str) -> Scorer:
                        f'{", ".join(SCORERS)}') from None
 
 
-@register_scorer('alpha', help='the searched probabilities σ(α) and σ(β)')
+@register_scorer('alpha', help='the searched probabilities σ(α) and σ(β)',
+                 heads=head_alpha_scores)
 def searched_scores(backbone: nn.Module, **ctx) -> Scores:
     """σ(α) of every channel and σ(β) of every hidden unit: the search's probabilities."""
     return alpha_scores(backbone), hidden_alpha_scores(backbone)
 
 
 @register_scorer('magnitude', normalize='mean', baseline=True,
-                 help='L2 norms of the weights, relative to their block\'s / module\'s mean')
+                 help='L2 norms of the weights, relative to their block\'s / module\'s mean',
+                 heads=head_magnitude_scores)
 def weight_norm_scores(backbone: nn.Module, **ctx) -> Scores:
     """The L2 norm of every channel's and hidden unit's weights (the magnitude pruner)."""
     return magnitude_scores(backbone), hidden_magnitude_scores(backbone)

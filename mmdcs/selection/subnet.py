@@ -17,6 +17,11 @@ hidden-unit selection (``select_hidden=True``): a *hidden-prunable* module has a
 ``prune_hidden_(keep, pad)`` method that narrows it in place and a ``hidden_features`` width
 (:class:`~mmdcs.selection.mlp.GatedMLP`; EfficientViT's MBConv). A hidden-prunable module that the
 file does not list keeps all its hidden units. Files of format 1 (no ``hidden``) still load.
+
+``heads`` (format 3, optional) lists the kept attention heads of the attentions searched with
+head selection (``select_heads=True``): a *head-prunable* module has a ``prune_heads_(keep)``
+method and a ``num_heads`` (:class:`~mmdcs.selection.DCSAttention`); ``dim`` is its number of
+heads. An attention the file does not list keeps all its heads. Formats 1 and 2 still load.
 """
 import hashlib
 import json
@@ -29,9 +34,9 @@ import torch.nn as nn
 
 from .selectors import ChannelSelector
 
-SUBNET_FORMAT = 'mmdcs.subnet/2'
-#: every format this version reads (1: before hidden-unit selection)
-SUBNET_FORMATS = ('mmdcs.subnet/1', SUBNET_FORMAT)
+SUBNET_FORMAT = 'mmdcs.subnet/3'
+#: every format this version reads (1: before hidden-unit selection, 2: before head selection)
+SUBNET_FORMATS = ('mmdcs.subnet/1', 'mmdcs.subnet/2', SUBNET_FORMAT)
 
 
 class SubnetError(ValueError):
@@ -88,6 +93,8 @@ class SubnetSpec:
     meta: dict = field(default_factory=dict)
     #: kept hidden units of the hidden-prunable modules (format 2; empty: all kept)
     hidden: List[BlockSelection] = field(default_factory=list)
+    #: kept heads of the head-prunable attentions (format 3; empty: all kept)
+    heads: List[BlockSelection] = field(default_factory=list)
 
     # ---------------------------------------------------------------- (de)serialisation
     def to_dict(self) -> dict:
@@ -95,6 +102,8 @@ class SubnetSpec:
                  variant=self.variant, blocks=[b.to_dict() for b in self.blocks])
         if self.hidden:
             d['hidden'] = [b.to_dict() for b in self.hidden]
+        if self.heads:
+            d['heads'] = [b.to_dict() for b in self.heads]
         d['meta'] = dict(self.meta)
         return d
 
@@ -126,7 +135,12 @@ class SubnetSpec:
                 raise SubnetError(f'{source}: missing key {key!r}')
         blocks = cls._parse_blocks(d['blocks'], source, 'blocks')
         hidden = cls._parse_blocks(d.get('hidden', []), source, 'hidden')
-        return cls(d['family'], d['arch'], d['variant'], blocks, dict(d.get('meta', {})), hidden)
+        heads = cls._parse_blocks(d.get('heads', []), source, 'heads')
+        if any(b.pad for b in heads):
+            raise SubnetError(f'{source}: heads entry {next(b for b in heads if b.pad).name}: '
+                              '"pad" is not allowed for heads')
+        return cls(d['family'], d['arch'], d['variant'], blocks, dict(d.get('meta', {})), hidden,
+                   heads)
 
     def save(self, path: str) -> None:
         with open(path, 'w') as f:
@@ -171,7 +185,8 @@ class SubnetSpec:
 
     def check(self, family: str, arch: str, layout: Dict[str, int],
               variant: Optional[str] = None,
-              hidden_layout: Optional[Dict[str, int]] = None) -> None:
+              hidden_layout: Optional[Dict[str, int]] = None,
+              head_layout: Optional[Dict[str, int]] = None) -> None:
         """Refuse a description that does not fit a backbone.
 
         Args:
@@ -179,6 +194,7 @@ class SubnetSpec:
             layout: prunable module path → D, of the backbone's supernet.
             variant: of the backbone, if it is fixed by its config.
             hidden_layout: hidden-prunable module path → hidden width H (checks ``hidden``).
+            head_layout: head-prunable attention path → number of heads (checks ``heads``).
         """
         if self.family != family:
             raise SubnetError(f'the subnet is for the {self.family!r} family, this backbone is '
@@ -202,6 +218,19 @@ class SubnetSpec:
                          'D̃ = 0 (no channel kept); a block needs at least one channel')
         if self.hidden:
             self._check_hidden(hidden_layout or {})
+        if self.heads:
+            self._check_heads(head_layout or {})
+
+    def _check_heads(self, head_layout: Dict[str, int]) -> None:
+        names = [b.name for b in self.heads]
+        if len(set(names)) != len(names):
+            raise SubnetError('the subnet lists the heads of an attention twice (key "heads")')
+        for b in self.heads:
+            if b.name not in head_layout:
+                raise SubnetError(f'heads entry {b.name}: the backbone has no attention with '
+                                  'prunable heads there (key "heads")')
+            _check_entry(b, head_layout[b.name], 'heads entry', 'heads', 'head',
+                         'no head kept; an attention needs at least one (key "heads")')
 
     def _check_hidden(self, hidden_layout: Dict[str, int]) -> None:
         names = [b.name for b in self.hidden]
@@ -253,6 +282,30 @@ def hidden_selectors(model: nn.Module) -> Dict[str, ChannelSelector]:
     }
 
 
+def head_prunable_modules(model: nn.Module) -> Dict[str, nn.Module]:
+    """Path → attention for every attention whose heads can be pruned (``prune_heads_``), with
+    or without a head selector."""
+    return {
+        name: m
+        for name, m in model.named_modules()
+        if callable(getattr(m, 'prune_heads_', None)) and hasattr(m, 'num_heads')
+    }
+
+
+def head_layout(model: nn.Module) -> Dict[str, int]:
+    """Path → number of heads of every head-prunable attention."""
+    return {name: int(m.num_heads) for name, m in head_prunable_modules(model).items()}
+
+
+def head_selectors(model: nn.Module) -> Dict[str, ChannelSelector]:
+    """Path → head selector of every attention searched with head selection."""
+    return {
+        name: m.head_select
+        for name, m in head_prunable_modules(model).items()
+        if isinstance(getattr(m, 'head_select', None), ChannelSelector)
+    }
+
+
 def _selection(name: str, selector: ChannelSelector, multiple_of: int) -> BlockSelection:
     """{α > 0} of one selector (at least its largest α), rounded up to ``multiple_of`` with the
     dropped entries of largest α (``pad``)."""
@@ -274,7 +327,8 @@ def _selection(name: str, selector: ChannelSelector, multiple_of: int) -> BlockS
 def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   multiple_of: int = 1, **meta) -> SubnetSpec:
     """The deterministic subnet of a supernet: kept = {i : α_i > 0} in every prunable module
-    (and every hidden selector: the spec's ``hidden`` entries).
+    (and every hidden selector: the spec's ``hidden`` entries; every head selector: its
+    ``heads`` entries).
 
     A module whose α are all ≤ 0 keeps its single largest channel (a block cannot be empty).
 
@@ -294,9 +348,11 @@ def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
                           'supernet')
     hidden = [_selection(name, sel, multiple_of)
               for name, sel in hidden_selectors(model).items()]
+    # heads are whole units: never rounded up (at least the head of largest α is kept)
+    heads = [_selection(name, sel, 1) for name, sel in head_selectors(model).items()]
     if multiple_of > 1:
         meta.setdefault('multiple_of', multiple_of)
-    return SubnetSpec(family, arch, variant, blocks, meta, hidden)
+    return SubnetSpec(family, arch, variant, blocks, meta, hidden, heads)
 
 
 def _set_submodule(model: nn.Module, path: str, module: nn.Module) -> None:
@@ -311,7 +367,17 @@ def apply_subnet_(model: nn.Module, spec: SubnetSpec) -> nn.Module:
 
     A model that prunes more than its prunable modules (MobileViT's projection conv reads the
     kept channels of the block before it) does so in its ``_after_subnet(spec)`` method, called
-    last. Hidden units (``spec.hidden``) are pruned first, in place."""
+    last. Hidden units (``spec.hidden``) and heads (``spec.heads``) are pruned first, in
+    place."""
+    attentions = head_prunable_modules(model)
+    for b in spec.heads:
+        if b.name not in attentions:
+            raise SubnetError(f'heads entry {b.name}: no attention with prunable heads at '
+                              'this path')
+        attentions[b.name].prune_heads_(b.keep)
+    for m in attentions.values():  # an attention the spec does not list keeps every head
+        if getattr(m, 'head_select', None) is not None:
+            m.head_select = None
     if spec.hidden:
         narrowable = hidden_prunable_modules(model)
         for b in spec.hidden:

@@ -135,7 +135,7 @@ def test_subnet_format_2_round_trip(tmp_path):
     path = str(tmp_path / 'subnet.json')
     spec.save(path)
     d = json.load(open(path))
-    assert d['format'] == SUBNET_FORMAT == 'mmdcs.subnet/2'
+    assert d['format'] == SUBNET_FORMAT == 'mmdcs.subnet/3'
     assert [h['name'] for h in d['hidden']] == ['a', 'b']
     loaded = SubnetSpec.load(path)
     assert loaded.to_dict() == spec.to_dict()

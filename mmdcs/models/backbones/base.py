@@ -62,7 +62,8 @@ from mmengine.model import BaseModule
 from torch import Tensor
 
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, QKChannelSelector,
-                             SubnetError, SubnetSpec, apply_subnet_, export_subnet, hidden_layout,
+                             SubnetError, SubnetSpec, apply_subnet_, export_subnet, head_layout,
+                             hidden_layout,
                              prunable_modules, selector_layout)
 
 #: variant -> (Q/K channel selection, attention-output/MLP channel selection)
@@ -130,6 +131,9 @@ class SelectableBackbone(BaseModule):
     timm_models: Optional[Dict[str, str]] = None
     #: the source layouts :meth:`convert_checkpoint` reads (``'timm'`` when ``timm_models``)
     checkpoint_layouts: Tuple[str, ...] = ('timm', )
+    #: whether the family's attentions support head selection (``select_heads=True``) and a
+    #: subnet's ``heads`` (a declared-absent piece of the contract where False)
+    supports_heads: bool = False
 
     def __init_subclass__(cls, **kwargs):
         """Make the outermost ``__init__`` of every subclass end with :meth:`_finish_build`
@@ -144,6 +148,11 @@ class SelectableBackbone(BaseModule):
 
         @functools.wraps(init)
         def __init__(self, *args, **kw):
+            if not type(self).supports_heads and 'select_heads' in kw:
+                if kw.pop('select_heads'):
+                    raise ValueError(f'{type(self).__name__}: select_heads=True, but the '
+                                     f'{type(self).family!r} family has no head selection '
+                                     '(supports_heads is False)')
             init(self, *args, **kw)
             if type(self).__init__ is __init__:  # the outermost constructor has returned
                 self._finish_build()
@@ -154,7 +163,8 @@ class SelectableBackbone(BaseModule):
     def __init__(self, arch: str, variant: Optional[str] = None,
                  subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, init_cfg=None,
-                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+                 select_hidden: bool = False, theta_rank: Optional[int] = None,
+                 select_heads: bool = False):
         super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
         check_choice('arch', arch, list(self.arch_zoo), name)
@@ -192,6 +202,18 @@ class SelectableBackbone(BaseModule):
         if spec_rank is not None and theta_rank is not None and int(spec_rank) != theta_rank:
             raise SubnetError(f'{name}: theta_rank={theta_rank}, but the subnet was searched '
                               f'with theta_rank={spec_rank}')
+        if select_heads not in (False, True):
+            raise ValueError(f'{name}: select_heads must be False or True, got '
+                             f'{select_heads!r}')
+        if select_heads and not self.supports_heads:
+            raise ValueError(f'{name}: select_heads=True, but the {self.family!r} family has '
+                             'no head selection (supports_heads is False)')
+        if select_heads and not mlp:
+            raise ValueError(f'{name}: select_heads needs a variant with channel selection '
+                             f'(dcs, kcr, dcs-arch2), got {variant!r}')
+        #: for the family: whether attentions get a gate per head (never in a pruned network:
+        #: the subnet lists the kept heads)
+        self.select_heads: bool = bool(select_heads) and self.subnet_spec is None
         #: for the family: rank of Linear_θ (None: full)
         self.theta_rank: Optional[int] = theta_rank if spec_rank is None else int(spec_rank)
 
@@ -209,7 +231,8 @@ class SelectableBackbone(BaseModule):
         if self.subnet_spec is None:
             return
         self.subnet_spec.check(self.family, self.arch, selector_layout(self), self.variant,
-                               hidden_layout(self))
+                               hidden_layout(self),
+                               head_layout(self) if self.supports_heads else {})
         apply_subnet_(self, self.subnet_spec)  # also calls self._after_subnet
 
     def _check_theta_rank(self) -> None:
@@ -396,6 +419,9 @@ def contract_gaps(cls: Type[SelectableBackbone]) -> List[str]:
                     f'{cls.paper_variant!r}')
     if not (isinstance(cls.cam_layer, str) and cls.cam_layer):
         gaps.append('cam_layer: the default Grad-CAM layer (a dotted path in the backbone)')
+    if not isinstance(cls.supports_heads, bool):
+        gaps.append(f'supports_heads: True or False (head selection), got '
+                    f'{cls.supports_heads!r}')
     if not (isinstance(cls.nominal_size, int) and cls.nominal_size > 0):
         gaps.append(f'nominal_size: a positive int, got {cls.nominal_size!r}')
     methods = ['cost_terms', 'tokens_to_bchw', 'stem_parts', 'stage_parts']

@@ -133,6 +133,8 @@ class DynamicViT(TokenPruningMixin, ViT):
         **kwargs: as :class:`ViT` (``img_size``, ``out_type``, ``out_indices``, ``final_norm``,
             ``drop_path_rate``, ``init_cfg``, …). Only the baseline variant.
     """
+    #: a peer method (baseline only): no head selection
+    supports_heads = False
     arch_zoo: Dict[str, dict] = dict(ViT.arch_zoo, **{
         'deit-s': ViT.arch_zoo['vit-s16'],
         'deit-b': ViT.arch_zoo['vit-b16'],

@@ -129,12 +129,13 @@ class Block(nn.Module):
                  drop: float = 0., attn_drop: float = 0., drop_path: float = 0.,
                  qk_select: Optional[str] = None, mlp_select: bool = False,
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5, eps: float = 1e-6,
-                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+                 select_hidden: bool = False, theta_rank: Optional[int] = None,
+                 select_heads: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=eps)
         self.attn = DCSAttention(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
                                  proj_drop=drop, qk_select=qk_select, gate_init=gate_init,
-                                 tau=tau, theta_rank=theta_rank)
+                                 tau=tau, theta_rank=theta_rank, select_heads=select_heads)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), act_layer=nn.GELU, drop=drop,
@@ -196,6 +197,9 @@ class ViT(SelectableBackbone):
         frozen_stages: -1 nothing; 0 the patch embedding, class token and position embedding;
             k >= 1 also blocks 0..k-1 (and ``norm`` / ``fc_norm`` with the last block), as
             mmpretrain's VisionTransformer (see :class:`SelectableBackbone`).
+        select_heads: a gate per attention head (α of heads beside α of channels, searched
+            by the same loop; method.md §2.7); the subnet's ``heads`` list the kept heads and
+            the pruned attentions are narrower. Off by default (the papers).
         dynamic_img_pad: zero-pad an input size that 16 does not divide at the right and
             bottom (as mmseg's and mmpretrain's ViT, timm's ``dynamic_img_pad=True``). Default
             (None): padded for ``out_type='featmap'`` (detection / segmentation, whose pipelines
@@ -217,6 +221,8 @@ class ViT(SelectableBackbone):
         'vit-b16': dict(embed_dim=768, depth=12, num_heads=12, mlp_ratio=4., patch_size=16),
     }
     num_prefix_tokens = 1
+    #: a gate per head (``select_heads=True``) and a subnet's kept heads (method.md §2.7)
+    supports_heads = True
 
     def __init__(self, arch: str = 'deit-tiny', variant: Optional[str] = None,
                  subnet: Union[None, str, dict, SubnetSpec] = None, qk_mask: str = 'shared',
@@ -227,9 +233,11 @@ class ViT(SelectableBackbone):
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  interpolate_mode: str = 'bicubic', frozen_stages: int = -1,
                  dynamic_img_pad: Optional[bool] = None, init_cfg=None,
-                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+                 select_hidden: bool = False, theta_rank: Optional[int] = None,
+                 select_heads: bool = False):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
-                         select_hidden=select_hidden, theta_rank=theta_rank)
+                         select_hidden=select_hidden, theta_rank=theta_rank,
+                         select_heads=select_heads)
         s = self.arch_settings
         if patch_size != s['patch_size']:
             raise ValueError(f'ViT({arch}): patch_size is fixed by the arch to '
@@ -263,7 +271,8 @@ class ViT(SelectableBackbone):
             Block(dim, self.num_heads, s['mlp_ratio'], qkv_bias=True, drop=drop_rate,
                   attn_drop=attn_drop_rate, drop_path=dpr[i], qk_select=self.qk_select,
                   mlp_select=self.mlp_select, gate_init=self.gate_init, tau=self.init_tau,
-                  select_hidden=self.select_hidden, theta_rank=self.theta_rank)
+                  select_hidden=self.select_hidden, theta_rank=self.theta_rank,
+                  select_heads=self.select_heads)
             for i in range(self.depth)
         ])
         self.norm = nn.LayerNorm(dim, eps=1e-6) if final_norm else nn.Identity()

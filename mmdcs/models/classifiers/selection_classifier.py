@@ -23,9 +23,10 @@ from mmpretrain.structures import DataSample
 import mmdcs.models.counting  # noqa: F401  (registers the 'flops' and 'params' budgets)
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
-from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, hidden_selectors,
+from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, head_selectors,
+                             hidden_selectors,
                              prunable_modules)
-from mmdcs.selection.budget import build_cost, resource_names, resource_options
+from mmdcs.selection.budget import BudgetError, build_cost, resource_names, resource_options
 from mmdcs.selection.budget_search import project_to_budget, scheduled_ratio
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
@@ -186,6 +187,12 @@ class ChannelSelectionClassifier(ImageClassifier):
             size = (size, size)
         # the budget's cost model, by name: the exact count (flops, params), or a latency table
         linear = build_cost(resource, self, size, **options)
+        # select_heads: E[kept heads] = Σ sigmoid(α) enters the count linearly
+        self._head_selectors = head_selectors(self.backbone)
+        if self._head_selectors and set(self._head_selectors) != set(
+                getattr(linear, 'head_dims', {}) or {}):
+            raise BudgetError(f'select_heads: the {resource} budget does not cost heads (the '
+                              'exact flops and params do)')
         budget = linear.check_target(target[resource], f'cost.target.{resource}')
         self._budget = linear
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
@@ -276,12 +283,16 @@ class ChannelSelectionClassifier(ImageClassifier):
         t = self.cost_cfg['target']
         budget = self.scheduled_budget()
         ramping = budget > t['budget'] * (1 + 1e-9)
+        heads = dict(heads=self._head_selectors) if self._head_selectors else {}
         expected = self._budget.expected(self._selectors, self.cost_cfg['expectation'],
-                                         self._hidden_selectors)
+                                         self._hidden_selectors, **heads)
+        heads_kept = {k: max(1, int((s.alpha.detach() > 0).sum()))
+                      for k, s in self._head_selectors.items()}
         kept = self._budget.at({n: int((s.alpha.detach() > 0).sum())
                                 for n, s in self._selectors.items()},
                                {k: int((s.alpha.detach() > 0).sum())
-                                for k, s in self._hidden_selectors.items()})
+                                for k, s in self._hidden_selectors.items()},
+                               **(dict(heads_kept=heads_kept) if heads_kept else {}))
         violation = (expected - budget) / t['scale']
         mu = self.cost_mu.detach().clone()
         quad = violation.clamp(min=0) if ramping else violation
@@ -307,7 +318,8 @@ class ChannelSelectionClassifier(ImageClassifier):
         ratios ``before`` / ``after`` of the baseline and the ``target``."""
         t = self.cost_cfg['target']
         rep = project_to_budget(self._budget, self._selectors, t['budget'],
-                                self._hidden_selectors)
+                                self._hidden_selectors,
+                                head_selectors=self._head_selectors or None)
         base = self._budget.baseline
         return dict(rep, target=t['ratio'], before_ratio=rep['before'] / base,
                     after_ratio=rep['after'] / base)

@@ -1,0 +1,91 @@
+"""A budget search with head selection (method.md §2.7): the head gates enter the exact count
+linearly (E[kept heads] = Σ sigmoid(α)), the alternating loop moves their α under the budget,
+and the end of the search puts channels and heads together on the target."""
+import types
+
+import pytest
+import torch
+from mmengine.logging import MessageHub
+from mmengine.registry import DefaultScope
+
+from mmdcs.analysis.complexity import count_flops
+from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
+from mmdcs.registry import MODELS
+from mmdcs.selection import head_selectors
+from _mm_batches import cls_batch  # noqa: E402 (tests/ is on sys.path)
+
+
+def _classifier(target, **backbone):
+    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
+               backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='dcs', img_size=16,
+                             select_heads=True, **backbone),
+               head=dict(type='LinearClsHead', num_classes=10, in_channels=192,
+                         loss=dict(type='CrossEntropyLoss')),
+               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
+               cost=dict(target=target))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(cfg)
+
+
+def test_search_with_head_gates_ends_on_the_flops_target():
+    torch.manual_seed(0)
+    model = _classifier(dict(flops=0.6))
+    assert len(model._head_selectors) == 12 and len(model._budget.head_dims) == 12
+    optim = SearchOptimWrapperConstructor(dict(
+        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
+        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
+    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
+    loop._runner = types.SimpleNamespace(
+        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance('test_heads'),
+        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
+    loop._iter, loop._max_iters = 0, 120
+    heads = head_selectors(model.backbone)
+    before = torch.cat([s.alpha.detach().clone() for s in heads.values()])
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        loop.train_step(cls_batch(g), 'weight')
+        loop._iter += 1
+        loop.train_step(cls_batch(g), 'arch')
+        loop._iter += 1
+    after = torch.cat([s.alpha.detach() for s in heads.values()])
+    assert (after - before).abs().max() > 0.1  # the arch steps moved the head α
+    assert (after < before).float().mean() > 0.5  # the budget pushed most of them down
+    loop.end_search()
+    lin = model._budget
+    kept = {n: int((s.alpha > 0).sum()) for n, s in model._selectors.items()}
+    heads_kept = {k: max(1, int((s.alpha > 0).sum())) for k, s in heads.items()}
+    assert lin.ratio(lin.at(kept, {}, heads_kept)) == pytest.approx(0.6, abs=0.012)
+    # heads were pruned (here, 2026-11-26: all but one per block, 12 of 36, with 1569 of 2304
+    # MLP channels kept: a head's cost is ~40 channels', so its budget gradient is ~40x theirs)
+    assert sum(heads_kept.values()) < 36
+    # the exported, built network is what the budget counts
+    spec = model.backbone.export_subnet()
+    assert {h.name: h.kept for h in spec.heads} == heads_kept
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        pruned = MODELS.build(dict(type='ImageClassifier',
+                                   backbone=dict(type='mmdcs.ViT', arch='deit-tiny',
+                                                 img_size=16, subnet=spec.to_dict()),
+                                   head=dict(type='LinearClsHead', num_classes=10,
+                                             in_channels=192)))
+    assert lin.at(kept, {}, heads_kept) == count_flops(pruned, (1, 3, 16, 16))
+
+
+def test_a_budget_that_does_not_cost_heads_is_refused_in_one_line(monkeypatch):
+    """select_heads with a resource whose cost has no head terms (as the latency table's) is
+    one line naming the resource, not a search whose budget ignores the heads."""
+    import dataclasses
+
+    from mmdcs.analysis.complexity import calibrate_cost
+    from mmdcs.selection import budget as budget_mod
+    from mmdcs.selection.budget import BudgetError
+
+    def headless(model, input_size=None):
+        return dataclasses.replace(calibrate_cost(model, 'flops', input_size), head_coef={},
+                                   head_dims={})
+
+    monkeypatch.setitem(budget_mod._RESOURCES, 'headless', (headless, (), 'test'))
+    with pytest.raises(BudgetError) as e:
+        _classifier(dict(headless=0.7))
+    assert str(e.value) == ('select_heads: the headless budget does not cost heads (the exact '
+                            'flops and params do)')
