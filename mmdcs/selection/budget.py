@@ -165,8 +165,70 @@ def build_cost(resource: str, model: nn.Module, input_size: Optional[tuple] = No
     return builder(model, input_size, **options)
 
 
+class CostBounds:
+    """What every :class:`ResourceCost` derives from its counts alone: the ceiling, the floor,
+    ratios and the check of a target against them (one implementation for FLOPs, params and
+    latency). A subclass provides ``at``, ``floor_at``, ``baseline``, ``resource``, ``dims``,
+    ``hidden_dims``, and how its baseline is named in a refusal (:meth:`_baseline_phrase`)."""
+    #: what a target of this resource is a ratio of, in the "is not a number" refusal
+    _ratio_of = 'count'
+    #: the name of the floor in a refusal (a measured cost's floor is predicted)
+    _floor_name = 'floor'
+
+    def _baseline_phrase(self) -> str:
+        """The baseline named in a refusal, e.g. ``flops (1.2G at 64x64)``."""
+        size = ' at ' + 'x'.join(map(str, self.input_size)) if self.input_size else ''
+        return f'{self.resource} ({human(self.baseline)}{size})'
+
+    @property
+    def ceiling(self) -> float:
+        """Every unit kept at full width (the supernet's deterministic network)."""
+        return self.at(self.dims)
+
+    @property
+    def floor(self) -> float:
+        """One channel kept in every prunable block (and one hidden unit in every
+        hidden-selected module)."""
+        return self.floor_at(1)
+
+    def ratio(self, count: float) -> float:
+        return count / self.baseline
+
+    def check_target(self, ratio, name: str, multiple_of: int = 1) -> float:
+        """The absolute budget of a target ratio; :class:`BudgetError` unless
+        floor < ratio < ceiling (ratios of the baseline; the ceiling is 1, or the count at
+        full width where that is lower)."""
+        m = max(1, int(multiple_of))
+        floor = self.ratio(self.floor_at(m))
+        full = self.ratio(self.ceiling)
+        ceiling = 1. if full >= 1. - 1e-9 else full
+        given = ratio
+        try:
+            ratio = float(ratio)
+        except (TypeError, ValueError):
+            ratio = float('nan')
+        if isinstance(given, bool) or math.isnan(ratio):
+            what = 'is empty' if isinstance(given, str) and not given.strip() else \
+                'is not a number'
+            raise BudgetError(f'{name} = {given!r} {what}: a {self.resource} target is a ratio '
+                              f'of the baseline network\'s {self._ratio_of} (e.g. 0.7)')
+        if not (floor < ratio < ceiling):
+            hidden = ' and hidden-selected module' if self.hidden_dims else ''
+            group = ('one channel' + (' or hidden unit' if self.hidden_dims else '')
+                     if m == 1 else f'one group of {m} (--multiple-of)')
+            if ceiling == 1.:
+                top = (f'the ceiling 1 (the baseline; every channel kept: {full:.4f})')
+            else:
+                top = f'the ceiling {ceiling:.4f} (every channel kept)'
+            raise BudgetError(
+                f'{name} = {ratio:g} cannot be met: a {self.resource} target is a ratio of the '
+                f'baseline network\'s {self._baseline_phrase()} between the {self._floor_name} '
+                f'{floor:.4f} ({group} kept in every prunable block{hidden}) and {top}')
+        return ratio * self.baseline
+
+
 @dataclass
-class LinearCost:
+class LinearCost(CostBounds):
     """The exact count of the pruned networks of a supernet: ``const + Σ_j coef[j]·D̃_j``
     (+ the bilinear and hidden terms below); a :class:`ResourceCost`.
 
@@ -270,17 +332,6 @@ class LinearCost:
             return self.head_coef[name]
         raise KeyError(f'unknown unit kind {kind!r}')
 
-    @property
-    def ceiling(self) -> float:
-        """Every channel kept (the supernet's deterministic network at full width)."""
-        return self.at(self.dims)
-
-    @property
-    def floor(self) -> float:
-        """One channel kept in every prunable block (and one hidden unit in every
-        hidden-selected module)."""
-        return self.floor_at(1)
-
     def floor_at(self, multiple_of: int = 1) -> float:
         """Every block and hidden-selected module down to one group of ``multiple_of``
         channels / hidden units (its full width if that is smaller)."""
@@ -288,43 +339,6 @@ class LinearCost:
         return self.at({n: min(m, d) for n, d in self.dims.items()},
                        {k: min(m, h) for k, h in self.hidden_dims.items()},
                        {k: 1 for k in self.head_dims})  # heads: never rounded up
-
-    def ratio(self, count: float) -> float:
-        return count / self.baseline
-
-    def check_target(self, ratio, name: str, multiple_of: int = 1) -> float:
-        """The absolute budget of a target ratio; :class:`BudgetError` unless
-        floor < ratio < ceiling (ratios of the baseline; the ceiling is 1, or the count at
-        full width where that is lower)."""
-        m = max(1, int(multiple_of))
-        floor = self.ratio(self.floor_at(m))
-        full = self.ratio(self.ceiling)
-        ceiling = 1. if full >= 1. - 1e-9 else full
-        given = ratio
-        try:
-            ratio = float(ratio)
-        except (TypeError, ValueError):
-            ratio = float('nan')
-        if isinstance(given, bool) or math.isnan(ratio):
-            what = 'is empty' if isinstance(given, str) and not given.strip() else \
-                'is not a number'
-            raise BudgetError(f'{name} = {given!r} {what}: a {self.resource} target is a ratio '
-                              'of the baseline network\'s count (e.g. 0.7)')
-        if not (floor < ratio < ceiling):
-            hidden = ' and hidden-selected module' if self.hidden_dims else ''
-            group = ('one channel' + (' or hidden unit' if self.hidden_dims else '')
-                     if m == 1 else f'one group of {m} (--multiple-of)')
-            if ceiling == 1.:
-                top = (f'the ceiling 1 (the baseline; every channel kept: {full:.4f})')
-            else:
-                top = f'the ceiling {ceiling:.4f} (every channel kept)'
-            raise BudgetError(
-                f'{name} = {ratio:g} cannot be met: a {self.resource} target is a ratio of the '
-                f'baseline network\'s {self.resource} ({human(self.baseline)}'
-                f'{" at " + "x".join(map(str, self.input_size)) if self.input_size else ""}) '
-                f'between the floor {floor:.4f} ({group} kept in every prunable block{hidden}) and '
-                f'{top}')
-        return ratio * self.baseline
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
                  hidden: Optional[Dict[str, nn.Module]] = None,

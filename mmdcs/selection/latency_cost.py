@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .budget import CHANNELS, HIDDEN, BudgetError
+from .budget import CHANNELS, HIDDEN, BudgetError, CostBounds
 from .subnet import hidden_selectors, prunable_modules
 
 #: the format tag of a latency table
@@ -193,7 +193,7 @@ def parse_units(table: dict) -> Tuple[Dict[str, _Curve], Dict[str, _Curve], Dict
     return chan, hid, pair, dims, hdims, pair_hidden
 
 
-class LatencyCost:
+class LatencyCost(CostBounds):
     """Predicted latency (ms) of the pruned networks of a supernet: ``const + Σ_u T_u``
     interpolated in a measured table (see the module docs). Interface and semantics of
     :class:`~mmdcs.selection.budget.LinearCost`; ``resource = 'latency'``.
@@ -343,17 +343,6 @@ class LatencyCost:
             return self._hid[name].slope(min(h, self.hidden_dims[name]))
         raise KeyError(f'unknown unit kind {kind!r}')
 
-    @property
-    def ceiling(self) -> float:
-        """Every channel kept (the pruned network at full width)."""
-        return self.at(self.dims)
-
-    @property
-    def floor(self) -> float:
-        """One channel kept in every prunable block (and one hidden unit in every
-        hidden-selected module)."""
-        return self.floor_at(1)
-
     def floor_at(self, multiple_of: int = 1) -> float:
         """Every block and hidden-selected module down to one group of ``multiple_of``
         channels / hidden units (its full width if that is smaller)."""
@@ -361,44 +350,17 @@ class LatencyCost:
         return self.at({n: min(m, d) for n, d in self.dims.items()},
                        {k: min(m, h) for k, h in self.hidden_dims.items()})
 
-    def ratio(self, count: float) -> float:
-        return count / self.baseline
+    #: a latency target is a ratio of the measured baseline; its floor is a prediction
+    _ratio_of = 'latency'
+    _floor_name = 'predicted floor'
 
-    def check_target(self, ratio, name: str, multiple_of: int = 1) -> float:
-        """The absolute budget (ms) of a target ratio; :class:`BudgetError` unless
-        floor < ratio < ceiling (ratios of the baseline's measured latency; the ceiling is 1,
-        or the predicted latency at full width where that is lower)."""
-        m = max(1, int(multiple_of))
-        floor = self.ratio(self.floor_at(m))
-        full = self.ratio(self.ceiling)
-        ceiling = 1. if full >= 1. - 1e-9 else full
-        given = ratio
-        try:
-            ratio = float(ratio)
-        except (TypeError, ValueError):
-            ratio = float('nan')
-        if isinstance(given, bool) or math.isnan(ratio):
-            what = 'is empty' if isinstance(given, str) and not given.strip() else \
-                'is not a number'
-            raise BudgetError(f'{name} = {given!r} {what}: a latency target is a ratio of the '
-                              'baseline network\'s latency (e.g. 0.7)')
-        if not (floor < ratio < ceiling):
-            hidden = ' and hidden-selected module' if self.hidden_dims else ''
-            group = ('one channel' + (' or hidden unit' if self.hidden_dims else '')
-                     if m == 1 else f'one group of {m} (--multiple-of)')
-            top = (f'the ceiling 1 (the baseline; every channel kept: {full:.4f})'
-                   if ceiling == 1. else f'the ceiling {ceiling:.4f} (every channel kept)')
-            where = ', '.join(str(v) for v in (
-                'x'.join(map(str, self.input_size)) if self.input_size else None,
-                f'batch {self.table.get("batch")}' if self.table.get('batch') else None,
-                f'{self.table.get("threads")} thread(s)' if self.table.get('threads') else None,
-                self.table.get('device_name')) if v)
-            raise BudgetError(
-                f'{name} = {ratio:g} cannot be met: a latency target is a ratio of the '
-                f'baseline network\'s measured latency ({self.baseline:.3f} ms'
-                f'{" at " + where if where else ""}) between the predicted floor {floor:.4f} '
-                f'({group} kept in every prunable block{hidden}) and {top}')
-        return ratio * self.baseline
+    def _baseline_phrase(self) -> str:
+        where = ', '.join(str(v) for v in (
+            'x'.join(map(str, self.input_size)) if self.input_size else None,
+            f'batch {self.table.get("batch")}' if self.table.get('batch') else None,
+            f'{self.table.get("threads")} thread(s)' if self.table.get('threads') else None,
+            self.table.get('device_name')) if v)
+        return f'measured latency ({self.baseline:.3f} ms{" at " + where if where else ""})'
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
                  hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
