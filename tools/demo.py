@@ -45,6 +45,7 @@ sys.path.insert(0, ROOT)
 
 from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int,  # noqa: E402
                                user_errors)
+from mmdcs.analysis.plots import last_validation  # noqa: E402
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 
@@ -157,19 +158,6 @@ def last_scalars(work_dir):
                 for line in f:
                     values.update(json.loads(line))
     return values
-
-
-def last_validation(work_dir):
-    """The last line of the run's scalars.json with a val top-1 (its ``step`` is the epoch)."""
-    found = None
-    for root, _, files in os.walk(work_dir):
-        if 'scalars.json' in files:
-            with open(osp.join(root, 'scalars.json')) as f:
-                for line in f:
-                    entry = json.loads(line)
-                    if 'accuracy/top1' in entry:
-                        found = entry
-    return found
 
 
 ARCH_LABELS = {'mobilevit-xs': 'MobileViT-XS', 'deit-tiny': 'DeiT-Tiny'}

@@ -45,6 +45,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
 from mmdcs.selection.budget import CHANNELS, HIDDEN
 from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, LatencyTableError,
@@ -203,23 +204,12 @@ def timed_modules(net: nn.Module, unit_paths: Sequence[str], x: torch.Tensor) ->
     return out
 
 
-def _distinct_halves(dims: Dict[str, int]) -> Dict[str, int]:
-    used, out = set(), {}
-    for n, d in dims.items():
-        w = max(1, d // 2)
-        while (d, w) in used and w > 1:
-            w -= 1
-        used.add((d, w))
-        out[n] = w
-    return out
-
-
 def extra_modules(backbone: nn.Module, blocks: Dict[str, str]) -> Dict[Tuple[str, str], List[str]]:
     """unit → leaf modules outside every timed block whose weights read the unit's kept
     channels / hidden units (MobileViT's projection conv): found as the layers whose weight
     shape changes from the full width to a probe width distinct per unit."""
     dims, hdims = _units(backbone)
-    half, hhalf = _distinct_halves(dims), _distinct_halves(hdims)
+    half, hhalf = distinct_halves(dims), distinct_halves(hdims)
     full = pruned_copy(backbone, {}, torch.device('cpu'), torch.float32)
     probe = pruned_copy(backbone, dict([((CHANNELS, n), w) for n, w in half.items()]
                                        + [((HIDDEN, k), w) for k, w in hhalf.items()]),

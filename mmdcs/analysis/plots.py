@@ -93,6 +93,20 @@ def load_records(path: str) -> List[dict]:
     return records
 
 
+def last_validation(path: str) -> Optional[dict]:
+    """The last line of a run's logs with a val top-1 (``accuracy/top1``; its ``step`` is the
+    epoch), the run's logs read oldest first; None when there is none (or no log yet)."""
+    try:
+        records = load_records(path)
+    except FileNotFoundError:
+        return None
+    found = None
+    for rec in records:
+        if 'accuracy/top1' in rec:
+            found = rec
+    return found
+
+
 def epoch_series(records: Sequence[dict]) -> Series:
     """key → {epoch: value}: iteration lines averaged per epoch, epoch lines as they are
     (preferred for a key that has both)."""

@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import time_models
+from mmdcs.analysis.plots import last_validation
 from .launch import UserError
 from .outputs import write_json, write_texts
 from .subnet_io import build_model, load_task_config
@@ -540,14 +541,7 @@ class Runner:
 def _last_top1(work_dir: str, epochs: int) -> Optional[float]:
     """The val top-1 of the run's last validation, if it was after epoch ``epochs`` (EMA
     weights where the config has EMA)."""
-    found = None
-    for root, _, files in os.walk(work_dir):
-        if 'scalars.json' in files:
-            with open(osp.join(root, 'scalars.json')) as f:
-                for line in f:
-                    entry = json.loads(line)
-                    if 'accuracy/top1' in entry:
-                        found = entry
+    found = last_validation(work_dir)
     if found is None or found.get('step') != epochs:
         return None
     return float(found['accuracy/top1'])

@@ -159,7 +159,7 @@ def _theta_flops(backbone: nn.Module, x_shape: Tuple[int, ...]) -> float:
     return total[0]
 
 
-def _distinct_halves(dims: Dict[str, int]) -> Dict[str, int]:
+def distinct_halves(dims: Dict[str, int]) -> Dict[str, int]:
     """A probe width for every unit: about half of it, distinct between units of the same full
     width where possible (so that a layer outside the units that reads one of them, e.g.
     MobileViT's projection conv, can be told which one by its new shape)."""
@@ -256,7 +256,7 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     shape = (1, in_ch) + tuple(size)
 
-    half, hhalf = _distinct_halves(dims), _distinct_halves(hidden_dims)
+    half, hhalf = distinct_halves(dims), distinct_halves(hidden_dims)
     corners = [(False, False), (True, False)]
     if hidden_dims:
         corners += [(False, True), (True, True)]
@@ -392,7 +392,7 @@ def _head_coefficients(model, backbone, prefix, resource, shape, dims, hidden_di
     head_dims = {k: int(sel.dim) for k, sel in head_selectors(backbone).items()}
     if not head_dims:
         return {}, {}
-    hhalf = _distinct_halves(head_dims)
+    hhalf = distinct_halves(head_dims)
     probe = copy.deepcopy(model)
     spec = SubnetSpec(backbone.family, backbone.arch, backbone.variant,
                       [BlockSelection(n, d, list(range(d))) for n, d in dims.items()],
