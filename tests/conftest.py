@@ -63,6 +63,18 @@ def _forget_mmengine_loggers():
 
 
 @pytest.fixture(autouse=True)
+def _restore_checkpoint_trust():
+    """A test that calls a tool's function in this process without its ``main`` (e.g.
+    ``tool.export(tool.parse_args(...))``) leaves the checkpoint trust that function set
+    (``set_checkpoint_trust``: the trusted files and the tool's flag named in a refusal); a
+    later test in the same xdist worker would then see a refusal naming ``--trust-checkpoint``
+    instead of the config key. Put the trust state back as it was before each test."""
+    from mmdcs.utils.checkpoint import trust_scope
+    with trust_scope():
+        yield
+
+
+@pytest.fixture(autouse=True)
 def _restore_default_scope():
     """A test that builds a runner (or calls register_all_modules) leaves an mmengine
     DefaultScope current, which sends a later test's unprefixed builds to that scope's registry:

@@ -51,7 +51,7 @@ def test_latency_pair_at_a_budget_and_the_cli(capsys):
     with pytest.raises(SystemExit) as e:
         tool.parse_args(['--select-hidden'])
     assert e.value.code == 2
-    assert 'go with --target-flops' in capsys.readouterr().err
+    assert '--select-hidden goes with --target-flops or --target-latency' in capsys.readouterr().err
 
 
 def test_paper_budget_table_refuses_a_model_without_paper_numbers(capsys):
