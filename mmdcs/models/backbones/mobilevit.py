@@ -144,12 +144,12 @@ class TransformerLayer(nn.Module):
                  attn_drop: float = 0., drop_path: float = 0., qk_select: Optional[str] = None,
                  mlp_select: bool = False, gate_init: float = DEFAULT_GATE_INIT,
                  tau: float = 4.5, select_hidden: bool = False,
-                 theta_rank: Optional[int] = None):
+                 theta_rank: Optional[int] = None, select_heads: bool = False):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = DCSAttention(dim, num_heads, qkv_bias=True, attn_drop=attn_drop,
                                  proj_drop=drop, qk_select=qk_select, gate_init=gate_init,
-                                 tau=tau, theta_rank=theta_rank)
+                                 tau=tau, theta_rank=theta_rank, select_heads=select_heads)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), act_layer=nn.SiLU, drop=drop,
                             select=mlp_select, gate_init=gate_init, tau=tau,
@@ -178,7 +178,7 @@ class MobileViTBlock(nn.Module):
                  attn_drop: float = 0., drop_path: float = 0., qk_select: Optional[str] = None,
                  mlp_select: bool = False, gate_init: float = DEFAULT_GATE_INIT,
                  tau: float = 4.5, select_hidden: bool = False,
-                 theta_rank: Optional[int] = None):
+                 theta_rank: Optional[int] = None, select_heads: bool = False):
         super().__init__()
         self.transformer_dim = transformer_dim
         self.conv_kxk = ConvNormAct(in_chs, in_chs, 3)
@@ -186,7 +186,7 @@ class MobileViTBlock(nn.Module):
         self.transformer = nn.Sequential(*[
             TransformerLayer(transformer_dim, num_heads, mlp_ratio, drop, attn_drop, drop_path,
                              qk_select, mlp_select, gate_init, tau, select_hidden,
-                             theta_rank) for _ in range(depth)
+                             theta_rank, select_heads) for _ in range(depth)
         ])
         self.norm = nn.LayerNorm(transformer_dim)
         self.conv_proj = ConvNormAct(transformer_dim, in_chs, 1)
@@ -319,6 +319,10 @@ class MobileViT(SelectableBackbone):
         drop_path_rate: stochastic depth, rising linearly over the 10 blocks as in timm
             (a MobileViT block's transformer layers share its rate).
         qk_mask, gate_init, tau, init_cfg: see :class:`SelectableBackbone`.
+        select_heads: a gate per head of every transformer layer's attention (4 heads of
+            D/4 channels; α of heads beside α of channels, searched by the same loop;
+            method.md §2.7); the subnet's ``heads`` list the kept heads and the pruned
+            attentions are narrower. Off by default (the paper).
     """
     family = 'mobilevit'
     #: the input size of the paper's FLOPs (cost terms are counted at it)
@@ -328,6 +332,9 @@ class MobileViT(SelectableBackbone):
     #: the last stage (a (B, C, h, w) map)
     cam_layer = 'stages.-1'
     timm_models = TIMM_MODELS
+    #: a gate per head (``select_heads=True``) and a subnet's kept heads (method.md §2.7): the
+    #: transformer layers' attentions are DCSAttentions, as ViT's
+    supports_heads = True
     # Per stage: output channels, stride, inverted residual blocks, and (0 if none) the
     # transformer width D and depth L of the stage's MobileViT block.
     arch_zoo = {
@@ -365,9 +372,11 @@ class MobileViT(SelectableBackbone):
                  norm_eval: bool = False, in_channels: int = 3, drop_rate: float = 0.,
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
-                 init_cfg=None, select_hidden: bool = False, theta_rank: Optional[int] = None):
+                 init_cfg=None, select_hidden: bool = False, theta_rank: Optional[int] = None,
+                 select_heads: bool = False):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
-                         select_hidden=select_hidden, theta_rank=theta_rank)
+                         select_hidden=select_hidden, theta_rank=theta_rank,
+                         select_heads=select_heads)
         s = self.arch_settings
         self.num_stages = num_stages = len(s['channels'])
         self.out_indices = normalize_out_indices(out_indices, num_stages, type(self).__name__)
@@ -402,7 +411,8 @@ class MobileViT(SelectableBackbone):
                     MobileViTBlock(c, dim, depth, s['num_heads'], s['mlp_ratio'],
                                    s['patch_size'], drop_rate, attn_drop_rate, next(dpr),
                                    self.qk_select, self.mlp_select, gate_init, tau,
-                                   bool(self.select_hidden), self.theta_rank))
+                                   bool(self.select_hidden), self.theta_rank,
+                                   self.select_heads))
                 hw = math.ceil(self.nominal_size / stride)
                 self._block_hwc[f'stages.{i}.{len(blocks) - 1}'] = (hw, hw, c)
             stages.append(nn.Sequential(*blocks))
