@@ -315,10 +315,10 @@ def test_export_to_a_flops_budget_ranks_heads_within_one_percent(method, target)
 
 def test_contract_declares_head_selection(monkeypatch):
     """supports_heads is part of the contract: every family declares it (the base's False:
-    absent), ViT and MobileViT support heads, a non-bool declaration is a gap."""
+    absent), ViT, MobileViT and EfficientViT support heads, a non-bool declaration is a gap."""
     from mmdcs.models.backbones.base import backbone_classes, contract_gaps
     classes = backbone_classes()
-    with_heads = {'vit', 'mobilevit'}
+    with_heads = {'vit', 'mobilevit', 'efficientvit'}
     assert all(classes[f].supports_heads is True for f in with_heads)
     assert all(c.supports_heads is False for f, c in classes.items() if f not in with_heads)
     assert not any(g.startswith('supports_heads') for g in contract_gaps(ViT))

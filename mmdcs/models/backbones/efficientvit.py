@@ -175,7 +175,8 @@ class ResidualBlock(nn.Module):
 
 
 class LiteMLA(nn.Module):
-    """Lightweight multi-scale ReLU linear attention, with the two DCS channel selections.
+    """Lightweight multi-scale ReLU linear attention, with the two DCS channel selections and
+    optional head selection.
 
     Args:
         in_channels, out_channels: C in and out.
@@ -186,6 +187,16 @@ class LiteMLA(nn.Module):
         select: add α over the concatenated branch outputs (the supernet).
         keep: the kept channels of the concatenated outputs (the pruned, deployed form).
         gate_init, tau: initial gate logits and temperature.
+        select_heads: a gate per head (``head_select``, α over the heads; method.md §2.7).
+        head_keep: the kept heads (the head-pruned form, :meth:`prune_heads_`).
+
+    Head h owns, in every branch, the same channels: its 3·dim rows of ``qkv`` (q, k, v of the
+    head are consecutive), the same channels of each scale's depthwise conv and its 3 groups of
+    the grouped 1×1 conv (groups = 3·heads), its dim rows of Linear_θ, and its dim outputs
+    (channels ``(b·heads + h)·dim + j`` of the concatenation, b the branch): the heads are fully
+    separable. ``keep`` (the α selection) always indexes the full concatenation (``cat_dim``);
+    a kept channel of a pruned head is read as zero by ``proj`` (its cost stays counted, so
+    the count stays linear in the kept channels and the kept heads; method.md §2.7).
     """
 
     def __init__(self, in_channels: int, out_channels: int, dim: int = 8,
@@ -193,23 +204,34 @@ class LiteMLA(nn.Module):
                  norm_layer: Type[nn.Module] = nn.BatchNorm2d, qk_select: Optional[str] = None,
                  select: bool = False, keep: Union[None, Tensor, Sequence[int]] = None,
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
-                 theta_rank: Optional[int] = None):
+                 theta_rank: Optional[int] = None, select_heads: bool = False,
+                 head_keep: Union[None, Tensor, Sequence[int]] = None):
         super().__init__()
         if qk_select not in (None, 'shared', 'separate'):
             raise ValueError(f'qk_select must be None, "shared" or "separate", got {qk_select!r}')
-        heads = in_channels // dim
-        total_dim = heads * dim
+        full_heads = in_channels // dim
+        if full_heads < 1:
+            raise ValueError(f'LiteMLA: {in_channels} channels hold no head of dim {dim}')
         self._args = dict(in_channels=in_channels, out_channels=out_channels, dim=dim,
                           scales=tuple(scales), eps=eps, norm_layer=norm_layer,
                           qk_select=qk_select, gate_init=gate_init, tau=tau,
                           theta_rank=theta_rank)
         self.eps = eps
         self.dim = dim
-        self.heads = heads
-        self.total_dim = total_dim
+        #: heads of the unpruned layout (what ``keep`` and ``head_keep`` index)
+        self.full_heads = full_heads
         self.num_branches = 1 + len(scales)
-        #: channels of the concatenated branch outputs (D of the α selection)
-        self.cat_dim = total_dim * self.num_branches
+        #: channels of the concatenated branch outputs of the unpruned layout (D of the α
+        #: selection)
+        self.cat_dim = full_heads * dim * self.num_branches
+        # the head-pruned form records its kept heads in its state dict
+        self.register_buffer('head_keep', None)
+        # where the kept heads' outputs sit in the concatenation, and what proj reads
+        self.register_buffer('cat_index', None, persistent=False)
+        self.register_buffer('read', None, persistent=False)
+        self._set_heads(None if head_keep is None else _check_heads(head_keep, full_heads))
+        heads = self.heads
+        total_dim = self.total_dim
         self.qkv = ConvNormAct(in_channels, 3 * total_dim, 1, norm_layer=None, act_layer=None)
         self.aggreg = nn.ModuleList([
             nn.Sequential(
@@ -228,11 +250,55 @@ class LiteMLA(nn.Module):
                 raise ValueError('a pruned LiteMLA needs at least one kept channel')
         # the pruned form records its kept channels in its state dict
         self.register_buffer('keep', None if keep is None else keep.clone())
+        self._set_read()
         self.select = ChannelSelector(self.cat_dim, gate_init, tau) if (
             select and keep is None) else None
+        self.head_select = ChannelSelector(heads, gate_init, tau) if (
+            select_heads and head_keep is None) else None
         self.proj = ConvNormAct(self.cat_dim if keep is None else keep.numel(), out_channels, 1,
                                 norm_layer=norm_layer, act_layer=None)
 
+    # ----------------------------------------------------------------- head layout
+    def _set_heads(self, head_keep: Optional[Tensor]) -> None:
+        """The kept heads (None: all), and where their outputs sit in the concatenation."""
+        self.head_keep = head_keep
+        self.heads = self.full_heads if head_keep is None else head_keep.numel()
+        #: number of heads (the head-prunable module's width; ``heads`` too)
+        self.num_heads = self.heads
+        self.total_dim = self.heads * self.dim
+        self.cat_index = None if head_keep is None else self._channels(
+            head_keep.tolist()).to(head_keep.device)
+
+    def _channels(self, heads: Sequence[int]) -> Tensor:
+        """The channels of the (unpruned) concatenation that ``heads`` output, in the order the
+        pruned attention computes them (branch, head, channel)."""
+        d, H = self.dim, self.full_heads
+        return torch.tensor([(b * H + h) * d + j for b in range(self.num_branches)
+                             for h in heads for j in range(d)], dtype=torch.long)
+
+    def _set_read(self) -> None:
+        """Head-pruned and channel-pruned: ``read`` picks each kept channel from the pruned
+        attention's outputs, a kept channel of a pruned head from an appended zero channel."""
+        self.read, self.read_zero = None, False
+        if self.head_keep is None or self.keep is None:
+            return
+        where = {int(c): i for i, c in enumerate(self.cat_index)}
+        zero = len(where)
+        read = [where.get(int(c), zero) for c in self.keep]
+        self.read_zero = zero in read
+        self.read = torch.tensor(read, dtype=torch.long, device=self.keep.device)
+
+    def head_gate(self) -> Tensor:
+        """g = gate(α) over the heads; in eval, where every α ≤ 0, the head of largest α stays
+        open (as the export keeps it: at least one head per attention)."""
+        g = self.head_select()
+        if self.training:
+            return g
+        alpha = self.head_select.alpha.detach()
+        first = F.one_hot(alpha.argmax(), alpha.numel()).to(g.dtype)
+        return torch.where(g.sum() > 0, g, first)
+
+    # ----------------------------------------------------------------- forward
     def _attn(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         dtype = v.dtype
         q, k, v = q.float(), k.float(), v.float()
@@ -264,25 +330,96 @@ class LiteMLA(nn.Module):
                 out = self._attn(q, k, v)
         else:
             out = self._attn(q, k, v)
+        if self.head_select is not None:  # out: (B, branches·heads, HW, dim)
+            out = out * self.head_gate().to(out.dtype).repeat(self.num_branches).view(
+                1, -1, 1, 1)
         out = out.transpose(-1, -2).reshape(B, -1, H, W)
-        if self.keep is not None:
+        if self.read is not None:  # head- and channel-pruned
+            if self.read_zero:
+                out = torch.cat([out, out.new_zeros(B, 1, H, W)], dim=1)
+            out = out.index_select(1, self.read)
+        elif self.head_keep is not None:  # head-pruned only: back to the full concatenation
+            full = out.new_zeros(B, self.cat_dim, H, W)
+            out = full.index_copy(1, self.cat_index, out)
+            if self.keep is not None:
+                out = out.index_select(1, self.keep)
+        elif self.keep is not None:
             out = out.index_select(1, self.keep)
-        elif self.select is not None:
+        if self.select is not None:
             out = out * self.select().to(out.dtype).view(1, -1, 1, 1)
         return self.proj(out)
 
+    # ----------------------------------------------------------------- pruning
     @torch.no_grad()
     def pruned(self, keep: Union[Tensor, Sequence[int]], pad: Sequence[int] = ()) -> 'LiteMLA':
         """The deployed LiteMLA for these kept channels (``proj``'s input sliced to them; the
-        ``pad`` channels read with zero weights)."""
+        ``pad`` channels read with zero weights). The kept heads (:meth:`prune_heads_`, done
+        first) stay."""
         keep = torch.as_tensor(keep, dtype=torch.long, device=self.proj.conv.weight.device)
-        out = LiteMLA(**self._args, keep=keep.cpu())
-        state = {k: v for k, v in self.state_dict().items() if not k.startswith('select.')}
+        out = LiteMLA(**self._args, keep=keep.cpu(), head_keep=self.head_keep)
+        state = {k: v for k, v in self.state_dict().items()
+                 if not k.startswith(('select.', 'head_select.'))}
         state['proj.conv.weight'] = state['proj.conv.weight'][:, keep].clone()
         state['proj.conv.weight'][:, zero_positions(keep, pad)] = 0
         state['keep'] = keep
         out.load_state_dict(state)
         return out.to(self.proj.conv.weight.device).train(self.training)
+
+    @torch.no_grad()
+    def prune_heads_(self, keep: Sequence[int]) -> None:
+        """Keep only the heads ``keep`` (sorted, distinct, ≥ 1; checked by the subnet), in
+        place: their rows of ``qkv``, their channels of every scale's depthwise conv and their
+        groups of its grouped 1×1 conv, their rows of Linear_θ's output. ``proj`` still reads
+        the channels of the concatenation it read (a pruned head's as zero). Once only; before
+        the channel pruning (:func:`~mmdcs.selection.apply_subnet_` prunes heads first)."""
+        if self.head_keep is not None:
+            raise RuntimeError('prune_heads_: this LiteMLA\'s heads are already pruned')
+        keep_t = _check_heads(keep, self.full_heads)
+        d = self.dim
+        rows = torch.tensor([h * 3 * d + j for h in keep_t.tolist() for j in range(3 * d)])
+        self.qkv.conv = _sliced_conv(self.qkv.conv, rows, groups=1)
+        for i, agg in enumerate(self.aggreg):
+            dw, pw = agg[0], agg[1]
+            agg[0] = _sliced_conv(dw, rows, groups=len(rows))
+            new_pw = GroupedPointwiseConv(len(rows), 3 * len(keep_t)).to(pw.weight)
+            new_pw.weight.copy_(pw.weight[rows])
+            agg[1] = new_pw
+        sel = self.qk_select
+        if sel is not None:
+            idx = torch.tensor([h * d + j for h in keep_t.tolist() for j in range(d)])
+            theta_rows = torch.cat([idx, idx + self.total_dim]) if sel.separate else idx
+            sel.theta = _sliced_linear(sel.theta, theta_rows)
+            sel.qk_dim = len(idx)
+        self._set_heads(keep_t.to(self.qkv.conv.weight.device))
+        self._set_read()
+        self.head_select = None
+
+    @torch.no_grad()
+    def head_norms(self) -> Tensor:
+        """The L2 norm of each head's weights (the magnitude pruner's score of a head): its
+        rows of ``qkv``, its channels of the depthwise convs and rows of the grouped 1×1 convs
+        of every scale, and its columns of ``proj`` in every branch."""
+        if self.head_keep is not None:
+            raise RuntimeError('head_norms: the heads are already pruned')
+        H, d, nb = self.heads, self.dim, self.num_branches
+
+        def per_head(w: Tensor) -> Tensor:  # rows (heads·3·dim, ...) → (heads, )
+            return w.detach().float().reshape(H, -1).pow(2).sum(1)
+
+        sq = per_head(self.qkv.conv.weight)
+        if self.qkv.conv.bias is not None:
+            sq = sq + per_head(self.qkv.conv.bias)
+        for agg in self.aggreg:
+            sq = sq + per_head(agg[0].weight) + per_head(agg[1].weight)
+        w = self.proj.conv.weight
+        if self.keep is None:
+            cols = w.detach().float().pow(2).sum(dim=(0, 2, 3)).reshape(nb, H, d)
+            sq = sq + cols.sum(dim=(0, 2))
+        else:
+            cols = torch.zeros(self.cat_dim)
+            cols[self.keep.cpu()] = w.detach().float().pow(2).sum(dim=(0, 2, 3)).cpu()
+            sq = sq + cols.reshape(nb, H, d).sum(dim=(0, 2)).to(sq.device)
+        return sq.sqrt()
 
     def channel_norms(self) -> Tensor:
         """L2 norm of the ``proj`` weights that read each selected channel (the magnitude
@@ -294,7 +431,39 @@ class LiteMLA(nn.Module):
         return self.cat_dim if self.keep is None else self.keep.numel()
 
     def extra_repr(self) -> str:
-        return f'heads={self.heads}, dim={self.dim}, kept={self.kept}/{self.cat_dim}'
+        return (f'heads={self.heads}/{self.full_heads}, dim={self.dim}, '
+                f'kept={self.kept}/{self.cat_dim}')
+
+
+def _check_heads(keep: Union[Tensor, Sequence[int]], heads: int) -> Tensor:
+    """Kept heads as a sorted tensor; ValueError unless distinct, ≥ 1 and in [0, heads)."""
+    keep = sorted(int(h) for h in torch.as_tensor(keep).flatten().tolist())
+    if not keep or len(set(keep)) != len(keep) or not 0 <= keep[0] <= keep[-1] < heads:
+        raise ValueError(f'prune_heads_: bad heads {keep} of {heads}')
+    return torch.tensor(keep, dtype=torch.long)
+
+
+def _sliced_conv(conv: nn.Conv2d, rows: Tensor, groups: int) -> nn.Conv2d:
+    """A copy of ``conv`` with only the output channels ``rows`` (a dense conv keeps its inputs;
+    a depthwise one, ``groups = len(rows)``, its rows' inputs)."""
+    rows = rows.to(conv.weight.device)
+    in_ch = conv.in_channels if groups == 1 else len(rows)
+    out = nn.Conv2d(in_ch, len(rows), conv.kernel_size, conv.stride, conv.padding,
+                    conv.dilation, groups, bias=conv.bias is not None).to(conv.weight)
+    out.weight.copy_(conv.weight[rows])
+    if conv.bias is not None:
+        out.bias.copy_(conv.bias[rows])
+    return out.train(conv.training)
+
+
+def _sliced_linear(layer: nn.Linear, rows: Tensor) -> nn.Linear:
+    """A copy of ``layer`` with only the output ``rows``."""
+    rows = rows.to(layer.weight.device)
+    out = nn.Linear(layer.in_features, len(rows), bias=layer.bias is not None).to(layer.weight)
+    out.weight.copy_(layer.weight[rows])
+    if layer.bias is not None:
+        out.bias.copy_(layer.bias[rows])
+    return out.train(layer.training)
 
 
 class EfficientVitBlock(nn.Module):
@@ -391,6 +560,9 @@ class EfficientViT(SelectableBackbone):
         frozen_stages: -1 nothing; 0 the stem; k >= 1 also the first k stages (outputs 1..k;
             ``head_in_conv`` is not a stage). See :class:`SelectableBackbone`.
         norm_eval: keep the BatchNorm layers in eval mode during training (detection).
+        select_heads: a gate per head of every LiteMLA (heads = C // head_dim, each pruned in
+            every scale branch together; method.md §2.7); the subnet's ``heads`` list the kept
+            heads and the pruned LiteMLAs are narrower. Off by default (the paper).
     """
     family = 'efficientvit'
     arch_zoo = {
@@ -414,15 +586,20 @@ class EfficientViT(SelectableBackbone):
     #: the last stage (a (B, C, h, w) map)
     cam_layer = 'stages.-1'
     timm_models = TIMM_MODELS
+    #: a gate per LiteMLA head (``select_heads=True``) and a subnet's kept heads (method.md
+    #: §2.7; :class:`LiteMLA`)
+    supports_heads = True
 
     def __init__(self, arch: str = 'efficientvit-b1', variant: Optional[str] = None,
                  subnet=None, qk_mask: str = 'shared', gate_init: float = DEFAULT_GATE_INIT,
                  tau: float = 4.5, in_channels: int = 3,
                  out_indices: Union[int, Sequence[int]] = (5, ), frozen_stages: int = -1,
                  norm_eval: bool = False, expand_ratio: float = 4, init_cfg=None,
-                 select_hidden: bool = False, theta_rank: Optional[int] = None):
+                 select_hidden: bool = False, theta_rank: Optional[int] = None,
+                 select_heads: bool = False):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
-                         select_hidden=select_hidden, theta_rank=theta_rank)
+                         select_hidden=select_hidden, theta_rank=theta_rank,
+                         select_heads=select_heads)
         s = self.arch_settings
         widths, depths = s['widths'], s['depths']
         norm_layer, act_layer = nn.BatchNorm2d, nn.Hardswish
@@ -440,7 +617,8 @@ class EfficientViT(SelectableBackbone):
 
         select_kwargs = dict(qk_select=self.qk_select, select=self.mlp_select,
                              gate_init=self.gate_init, tau=self.init_tau,
-                             theta_rank=self.theta_rank, select_hidden=self.select_hidden)
+                             theta_rank=self.theta_rank, select_hidden=self.select_hidden,
+                             select_heads=self.select_heads)
         self.stem = Stem(in_channels, widths[0], depths[0], norm_layer, act_layer)
         self.stages = nn.Sequential(*[
             EfficientVitStage(widths[i], widths[i + 1], depths[i + 1], norm_layer, act_layer,
