@@ -633,6 +633,71 @@ def hidden_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
             for name, sel in hidden_selectors(model).items()}
 
 
+def _nested_channels(model: nn.Module, heads: Sequence[str]) -> Dict[str, Tensor]:
+    """Path → owning head of each selected channel, for the prunable modules whose channels
+    lie inside their own heads (``channel_heads()``: EfficientViT's LiteMLA, whose ``proj``
+    reads a kept channel of a pruned head as zero), among the attentions ``heads``."""
+    modules = prunable_modules(model)
+    return {n: modules[n].channel_heads() for n in heads
+            if callable(getattr(modules.get(n), 'channel_heads', None))}
+
+
+def _select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
+                   cost: ResourceCost, budget: float, multiple_of: int,
+                   normalize: Optional[str]):
+    """:func:`select_jointly` (channels, hidden units, heads) where some modules' channels lie
+    inside their heads (:func:`_nested_channels`): a channel of a pruned head computes nothing
+    but still costs ``proj``'s reading it, so the heads and the channels are ranked in two
+    passes. First the heads, each with its channels (its marginal cost is its own plus its
+    channels'; a nested module's channels follow its kept heads), beside the other units;
+    then, the kept heads fixed, the channels and hidden units again, a pruned head's channels
+    scoring below every other (first out); any of them left at the budget are dropped (at
+    least one live channel per module stays: its best). The count stays exact (each width's
+    count is linear)."""
+    units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
+    units.update(((HIDDEN, k), s) for k, s in hidden_scores.items() if k in cost.hidden_dims)
+    units.update(((HEADS, k), s) for k, s in head_scores.items() if k in cost.head_dims)
+    units = normalize_scores(units, normalize)
+    tolerance = 1e-3 * abs(cost.baseline)
+    per_head = {n: len(owner) // cost.head_dims[n] for n, owner in nested.items()}
+
+    def tied(w):  # a nested module keeps the channels of its kept heads
+        return {**w, **{(CHANNELS, n): w[(HEADS, n)] * per_head[n] for n in nested}}
+
+    def marginal(u, w):
+        m = cost.marginal(u, tied(w))
+        if _is_heads(u) and u[1] in nested:
+            m += per_head[u[1]] * cost.marginal((CHANNELS, u[1]), tied(w))
+        return m
+
+    first = {u: s for u, s in units.items() if not (u[0] == CHANNELS and u[1] in nested)}
+    chosen = select_units_to_budget(first, cost.unit_dims(), lambda w: cost.count(tied(w)),
+                                    marginal, budget, multiple_of, tolerance)
+    head_keep = {k: chosen[(HEADS, k)] for k in cost.head_dims}
+    fixed = {(HEADS, k): len(v) for k, v in head_keep.items()}
+    second = {u: s for u, s in units.items() if not _is_heads(u)}
+    dead = {}
+    for n, owner in nested.items():
+        if (CHANNELS, n) not in second:
+            continue
+        s = torch.as_tensor(second[(CHANNELS, n)], dtype=torch.float64).flatten().clone()
+        dead[n] = ~torch.isin(owner.cpu(), torch.as_tensor(head_keep[n], dtype=torch.long))
+        lo = float(s[~dead[n]].min())
+        s[dead[n]] = lo - 1. - abs(lo)
+        second[(CHANNELS, n)] = s
+    dims = {u: d for u, d in cost.unit_dims().items() if not _is_heads(u)}
+    chosen = select_units_to_budget(second, dims, lambda w: cost.count({**w, **fixed}),
+                                    lambda u, w: cost.marginal(u, {**w, **fixed}), budget,
+                                    multiple_of, tolerance)
+    keep = {n: chosen[(CHANNELS, n)] for n in cost.dims}
+    for n, is_dead in dead.items():
+        live = [c for c in keep[n] if not bool(is_dead[c])]
+        if not live:  # the module's best live channel
+            live = [int(second[(CHANNELS, n)].masked_fill(is_dead, -math.inf).argmax())]
+        keep[n] = live
+    return keep, {k: chosen[(HIDDEN, k)] for k in cost.hidden_dims}, head_keep
+
+
 def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   scores: Dict[str, Tensor], cost: ResourceCost, target: float,
                   multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
@@ -653,10 +718,16 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if cost.hidden_dims and hidden_scores is None:
         hidden_scores = hidden_alpha_scores(model)
     head_dims = getattr(cost, 'head_dims', {}) or {}
-    selected = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
-                              normalize, head_scores=head_scores if head_dims else None)
-    keep, hidden_keep = selected[:2]
-    head_keep = selected[2] if len(selected) > 2 else {}
+    nested = _nested_channels(model, [k for k in head_dims if k in (head_scores or {})])
+    if nested:  # channels inside heads (EfficientViT): heads first, then channels
+        keep, hidden_keep, head_keep = _select_nested(
+            nested, scores, hidden_scores or {}, head_scores, cost, budget, multiple_of,
+            normalize)
+    else:
+        selected = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
+                                  normalize, head_scores=head_scores if head_dims else None)
+        keep, hidden_keep = selected[:2]
+        head_keep = selected[2] if len(selected) > 2 else {}
     kept = {n: len(k) for n, k in keep.items()}
     hidden_kept = {k: len(v) for k, v in hidden_keep.items()}
     achieved = (cost.at(kept, hidden_kept, {k: len(v) for k, v in head_keep.items()})

@@ -394,6 +394,12 @@ class LiteMLA(nn.Module):
         self._set_read()
         self.head_select = None
 
+    def channel_heads(self) -> Tensor:
+        """The head (of the unpruned layout) that outputs each channel of the concatenation
+        (``(c // dim) % heads``): the export to a budget ranks a pruned head's channels out
+        first (:func:`~mmdcs.selection.budget.budget_subnet`)."""
+        return (torch.arange(self.cat_dim) // self.dim) % self.full_heads
+
     @torch.no_grad()
     def head_norms(self) -> Tensor:
         """The L2 norm of each head's weights (the magnitude pruner's score of a head): its
