@@ -633,7 +633,7 @@ def hidden_alpha_scores(model: nn.Module) -> Dict[str, Tensor]:
             for name, sel in hidden_selectors(model).items()}
 
 
-def _nested_channels(model: nn.Module, heads: Sequence[str]) -> Dict[str, Tensor]:
+def nested_channels(model: nn.Module, heads: Sequence[str]) -> Dict[str, Tensor]:
     """Path → owning head of each selected channel, for the prunable modules whose channels
     lie inside their own heads (``channel_heads()``: EfficientViT's LiteMLA, whose ``proj``
     reads a kept channel of a pruned head as zero), among the attentions ``heads``."""
@@ -642,11 +642,11 @@ def _nested_channels(model: nn.Module, heads: Sequence[str]) -> Dict[str, Tensor
             if callable(getattr(modules.get(n), 'channel_heads', None))}
 
 
-def _select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
+def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
                    cost: ResourceCost, budget: float, multiple_of: int,
                    normalize: Optional[str]):
     """:func:`select_jointly` (channels, hidden units, heads) where some modules' channels lie
-    inside their heads (:func:`_nested_channels`): a channel of a pruned head computes nothing
+    inside their heads (:func:`nested_channels`): a channel of a pruned head computes nothing
     but still costs ``proj``'s reading it, so the heads and the channels are ranked in two
     passes. First the heads, each with its channels (its marginal cost is its own plus its
     channels'; a nested module's channels follow its kept heads), beside the other units;
@@ -718,9 +718,9 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if cost.hidden_dims and hidden_scores is None:
         hidden_scores = hidden_alpha_scores(model)
     head_dims = getattr(cost, 'head_dims', {}) or {}
-    nested = _nested_channels(model, [k for k in head_dims if k in (head_scores or {})])
+    nested = nested_channels(model, [k for k in head_dims if k in (head_scores or {})])
     if nested:  # channels inside heads (EfficientViT): heads first, then channels
-        keep, hidden_keep, head_keep = _select_nested(
+        keep, hidden_keep, head_keep = select_nested(
             nested, scores, hidden_scores or {}, head_scores, cost, budget, multiple_of,
             normalize)
     else:

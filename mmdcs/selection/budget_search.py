@@ -27,7 +27,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .budget import CHANNELS, HEADS, HIDDEN, ResourceCost, select_units_to_budget
+from .budget import (CHANNELS, HEADS, HIDDEN, ResourceCost, select_nested,
+                     select_units_to_budget)
 
 
 #: what the search and its projection need of a budget's cost model: the one interface of
@@ -76,7 +77,8 @@ def _unit_cost(cost):
 
 def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
                    hidden_scores: Optional[Dict[str, Tensor]] = None,
-                   head_scores: Optional[Dict[str, Tensor]] = None
+                   head_scores: Optional[Dict[str, Tensor]] = None,
+                   nested: Optional[Dict[str, Tensor]] = None
                    ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], float]:
     """The kept channels (and hidden units) that meet ``budget`` from below, ranked jointly:
     the export's greedy (:func:`~mmdcs.selection.budget.select_units_to_budget`, one element
@@ -100,10 +102,25 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
         head_scores: attention path → a score per head (``select_heads``; a ``LinearCost``
             with ``head_dims``); the kept heads are returned in ``head_scores``' place
             (see :func:`project_to_budget`) as ``keep_c[(HEADS, path)]``.
+        nested: path → owning head of each channel, for the modules whose channels lie inside
+            their heads (:func:`~mmdcs.selection.budget.nested_channels`, EfficientViT): the
+            heads are ranked with their channels first (:func:`~mmdcs.selection.budget.
+            select_nested`), so no kept channel belongs to a pruned head.
 
     Returns:
         (block name → kept channel indices, path → kept hidden indices, the count).
     """
+    if nested and head_scores:
+        keep, hidden_keep, head_keep = select_nested(
+            nested, scores, hidden_scores or {}, head_scores, cost, budget, 1, None)
+        keep_c = {n: torch.as_tensor(keep[n], dtype=torch.long) for n in scores}
+        keep_h = {k: torch.as_tensor(hidden_keep[k], dtype=torch.long)
+                  for k in (hidden_scores or {})}
+        keep_c.update(((HEADS, k), torch.as_tensor(head_keep[k], dtype=torch.long))
+                      for k in head_scores)
+        return keep_c, keep_h, float(cost.at(
+            {n: len(k) for n, k in keep.items()}, {k: len(v) for k, v in hidden_keep.items()},
+            {k: len(v) for k, v in head_keep.items()}))
     dims, count, marginal = _unit_cost(cost)
     units = {(CHANNELS, n): torch.as_tensor(s, dtype=torch.float64).flatten()
              for n, s in scores.items()}
@@ -128,7 +145,8 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
 def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float,
                       hidden_selectors: Optional[Dict[str, torch.nn.Module]] = None,
                       margin: float = 1e-3,
-                      head_selectors: Optional[Dict[str, torch.nn.Module]] = None) -> dict:
+                      head_selectors: Optional[Dict[str, torch.nn.Module]] = None,
+                      nested: Optional[Dict[str, torch.Tensor]] = None) -> dict:
     """End a search on the budget: rank by σ(α) (:func:`rank_to_budget`) and move α so that
     the deployed set {α > 0} is the ranked one. Only the α whose side of 0 changes move: a kept
     one to ``max(α, margin)``, a dropped one to ``min(α, -margin)``; the order of the α within
@@ -142,6 +160,7 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
         margin: how far past 0 a moved α is put.
         head_selectors: attention path → head selector (``select_heads``): the heads are
             ranked with the channels and hidden units, by σ(α) per unit of marginal cost.
+        nested: channels inside heads (:func:`rank_to_budget`).
 
     Returns:
         dict(before=the count of {α > 0} before, after=the count after, flipped=number of α
@@ -166,7 +185,7 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
     keep_c, keep_h, _ = rank_to_budget(
         cost, {n: torch.sigmoid(s.alpha.double()) for n, s in selectors.items()}, budget,
         {k: torch.sigmoid(s.alpha.double()) for k, s in hidden_selectors.items()},
-        {k: torch.sigmoid(s.alpha.double()) for k, s in head_selectors.items()})
+        {k: torch.sigmoid(s.alpha.double()) for k, s in head_selectors.items()}, nested)
     keep_a = {k: keep_c.pop((HEADS, k)) for k in head_selectors}
     flipped = 0
     for table, keep in ((selectors, keep_c), (hidden_selectors, keep_h),

@@ -284,3 +284,35 @@ def test_onnx_parity_of_a_head_pruned_subnet(tmp_path):
     shapes = {i.name: tuple(i.dims) for i in onnx.load(out).graph.initializer}
     for h in spec.heads:
         assert shapes[f'net.{h.name}.qk_select.theta.bias'] == (16 * h.kept, )
+
+
+def test_the_search_ends_on_the_budget_without_dead_channels():
+    """A DCS-EfficientViT classifier with select_heads and a FLOPs target: its budget has a
+    head unit per LiteMLA, and the end of the search (project_to_budget) ranks a head with its
+    channels: {α > 0} of the channels lies inside {α > 0} of the heads, and the deployed count
+    (the exported subnet built, mmengine's count) is within 1 % below the target."""
+    from mmengine.registry import DefaultScope
+
+    from mmdcs.registry import MODELS
+    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
+               backbone=dict(type='mmdcs.EfficientViT', arch=ARCH, variant='dcs',
+                             select_heads=True),
+               neck=dict(type='GlobalAveragePooling'),
+               head=dict(type='LinearClsHead', num_classes=10, in_channels=1536,
+                         loss=dict(type='CrossEntropyLoss')),
+               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
+               cost=dict(target=dict(flops=0.85, input_size=SIZE)))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        model = MODELS.build(cfg)
+    assert list(model._head_selectors) == ATTNS and model._budget.head_dims == HEADS
+    random_gates_(model.backbone, 3, alpha_shift=1.)
+    rep = model.project_to_budget()
+    assert 0.84 <= rep['after_ratio'] <= 0.85
+    spec = model.backbone.export_subnet()
+    heads = {h.name: set(h.keep) for h in spec.heads}
+    assert sum(map(len, heads.values())) < sum(HEADS.values())
+    for b in spec.blocks:
+        assert {(c // 16) % HEADS[b.name] for c in b.keep} == heads[b.name], b.name
+    pruned = copy.deepcopy(model)
+    apply_subnet_(pruned.backbone, spec)
+    assert count_flops(pruned, (1, 3, SIZE, SIZE)) == rep['after']

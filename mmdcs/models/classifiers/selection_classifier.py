@@ -26,7 +26,8 @@ from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, head_selectors,
                              hidden_selectors,
                              prunable_modules)
-from mmdcs.selection.budget import BudgetError, build_cost, resource_names, resource_options
+from mmdcs.selection.budget import (BudgetError, build_cost, nested_channels, resource_names,
+                                    resource_options)
 from mmdcs.selection.budget_search import project_to_budget, scheduled_ratio
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
@@ -319,7 +320,8 @@ class ChannelSelectionClassifier(ImageClassifier):
         t = self.cost_cfg['target']
         rep = project_to_budget(self._budget, self._selectors, t['budget'],
                                 self._hidden_selectors,
-                                head_selectors=self._head_selectors or None)
+                                head_selectors=self._head_selectors or None,
+                                nested=nested_channels(self.backbone, self._head_selectors))
         base = self._budget.baseline
         return dict(rep, target=t['ratio'], before_ratio=rep['before'] / base,
                     after_ratio=rep['after'] / base)
