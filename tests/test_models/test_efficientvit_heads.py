@@ -316,3 +316,21 @@ def test_the_search_ends_on_the_budget_without_dead_channels():
     pruned = copy.deepcopy(model)
     apply_subnet_(pruned.backbone, spec)
     assert count_flops(pruned, (1, 3, SIZE, SIZE)) == rep['after']
+
+
+def test_a_baseline_checkpoint_loads_into_a_supernet_with_head_gates(tmp_path):
+    """The magnitude export starts from a baseline checkpoint: the head gates' α may be
+    missing from it (load_baseline_checkpoint), nothing else."""
+    from mmdcs.apis.export import load_baseline_checkpoint
+    from mmdcs.apis.launch import UserError
+    base = EfficientViT(ARCH, variant='baseline')
+    path = str(tmp_path / 'base.pth')
+    torch.save({'state_dict': base.state_dict()}, path)
+    m = EfficientViT(ARCH, variant='dcs', select_heads=True)
+    load_baseline_checkpoint(m, path)
+    assert_close_scaled(m.stem.in_conv.conv.weight.detach(),
+                        base.stem.in_conv.conv.weight.detach(), 0)
+    torch.save({'state_dict': {k: v for k, v in base.state_dict().items()
+                               if 'qkv' not in k}}, path)
+    with pytest.raises(UserError, match='does not fit'):
+        load_baseline_checkpoint(m, path)

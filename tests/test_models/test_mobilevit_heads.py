@@ -287,3 +287,15 @@ def test_a_search_classifier_costs_the_heads():
     assert list(model._head_selectors) == ATTNS
     assert list(model._budget.head_dims) == ATTNS
     assert all(c > 0 for c in model._budget.head_coef.values())
+
+
+def test_a_baseline_checkpoint_loads_into_a_supernet_with_head_gates():
+    """The head gates' α are selection parameters a baseline (timm) checkpoint cannot have:
+    load_converted keeps them at "all open" and refuses nothing else."""
+    base = MobileViT(ARCH, variant='baseline')
+    m = MobileViT(ARCH, variant='dcs', select_heads=True)
+    missing, unexpected = m.load_converted(base.state_dict())
+    assert unexpected == [] and missing == []
+    assert all(bool((s.alpha > 0).all()) for s in head_selectors(m).values())
+    with pytest.raises(KeyError, match='checkpoint does not fit'):
+        m.load_converted({k: v for k, v in base.state_dict().items() if 'attn.proj' not in k})

@@ -386,7 +386,7 @@ class SelectableBackbone(BaseModule):
         to be missing: they keep their "all kept" initialisation. Anything else missing or
         unexpected is reported (an error with ``strict=True``, returned otherwise)."""
         missing, unexpected = self.load_state_dict(state_dict, strict=False)
-        selection = ('.qk_select.', '.select.', '.hidden_select.', 'gate.tau')
+        selection = ('.qk_select.', '.select.', '.hidden_select.', '.head_select.', 'gate.tau')
         missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
         if strict and (missing or unexpected):
             raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '
