@@ -250,3 +250,31 @@ def test_magnitude_hidden_norms_of_the_conv_ffns():
         expect = torch.cat([e[i].flatten(), d[i].flatten(), p[:, i].flatten()]).norm()
         assert torch.isclose(scores[name][i], expect)
         assert scores[name].shape == (m.hidden_features, )
+
+
+def test_select_nested_ranks_a_head_with_its_channels():
+    """Channels that lie inside heads (EfficientViT's LiteMLA, ``channel_heads()``): the joint
+    ranking alone drops heads (cheap per unit of their own cost) and keeps their channels,
+    which then cost without computing anything; select_nested ranks a head with its channels,
+    then the channels inside the kept heads, and keeps no channel of a pruned head and no
+    head without a kept channel, on the budget (the count is exact: linear in the widths)."""
+    from mmdcs.selection.budget import HEADS, select_jointly, select_nested
+    # module 'a': 4 heads of 4 channels each; its channels cost 10, a head 100 of its own;
+    # 'b' is a plain block of 8 channels of 40
+    cost = LinearCost('flops', baseline=1000., const=100., coef=dict(a=10., b=40.),
+                      dims=dict(a=16, b=8), head_coef=dict(a=100.), head_dims=dict(a=4))
+    owner = torch.arange(16) // 4
+    g = torch.Generator().manual_seed(0)
+    scores = dict(a=torch.rand(16, generator=g) + .1, b=torch.rand(8, generator=g) + .1)
+    heads = dict(a=torch.rand(4, generator=g) + .1)
+    budget = 0.6 * cost.at(cost.dims, {}, cost.head_dims)
+    # the joint ranking alone: heads dropped, their channels kept (dead)
+    keep, _, head_keep = select_jointly(scores, {}, cost, budget, head_scores=heads)
+    assert any(int(owner[c]) not in head_keep['a'] for c in keep['a'])
+    keep, hidden, head_keep = select_nested(dict(a=owner), scores, {}, heads, cost, budget, 1,
+                                            None)
+    assert hidden == {} and 1 <= len(head_keep['a']) < 4
+    assert {int(owner[c]) for c in keep['a']} == set(head_keep['a'])
+    count = cost.at({n: len(k) for n, k in keep.items()}, {}, {'a': len(head_keep['a'])})
+    assert budget - 0.01 * cost.baseline <= count <= budget
+    assert (HEADS, 'a') in cost.unit_dims()
