@@ -26,6 +26,11 @@ DCS (method.md §2, DCS paper A.1), per LiteMLA:
    them by g = gate(α) before ``proj``; the pruned LiteMLA gathers the D̃ kept channels and
    ``proj`` reads only those. The residual stream keeps its C channels.
 
+Head selection (``select_heads=True``, beyond the papers, method.md §2.7): a gate per LiteMLA
+head, which is pruned in every scale branch together (its qkv rows, aggregation channels and
+groups, Linear_θ rows); ``proj`` keeps reading the channels the α selection keeps (see
+:class:`LiteMLA`).
+
 Outputs (``out_indices``): 0 the stem (stride 2), 1-4 the stages (strides 4, 8, 16, 32: timm's
 ``features_only`` indices 0-3), 5 the ``head_in_conv`` feature (stride 32, head_widths[0]
 channels; built only when asked for). The default ``(5, )`` is the classification setting: with
