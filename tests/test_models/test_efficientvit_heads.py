@@ -336,3 +336,39 @@ def test_a_baseline_checkpoint_loads_into_a_supernet_with_head_gates(tmp_path):
                                if 'qkv' not in k}}, path)
     with pytest.raises(UserError, match='does not fit'):
         load_baseline_checkpoint(m, path)
+
+
+@pytest.mark.parametrize('method', ['alpha', 'magnitude'])
+def test_export_api_writes_the_heads_and_builds_the_narrow_network(tmp_path, method):
+    """mmdcs.apis.export.export_subnet on a select_heads config: the subnet file (format 3)
+    lists the kept heads, no kept channel lies in a pruned head, the pruned checkpoint loads
+    into the network built from the file, and the measured FLOPs are within ±1 %."""
+    import json
+
+    import mmpretrain.utils
+    from mmengine.config import Config
+
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.apis.subnet_io import build_model
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    path = str(tmp_path / 'heads.py')
+    with open(path, 'w') as f:
+        f.write("default_scope = 'mmpretrain'\nmodel = dict(type='ImageClassifier', "
+                f"backbone=dict(type='mmdcs.EfficientViT', arch='{ARCH}', variant='dcs', "
+                "select_heads=True), neck=dict(type='GlobalAveragePooling'), "
+                "head=dict(type='LinearClsHead', num_classes=10, in_channels=1536))\n")
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(path).model, 'mmpretrain')
+    random_gates_(model.backbone, 5, alpha_shift=1.)
+    ckpt = str(tmp_path / 'heads.pth')
+    torch.save({'state_dict': model.state_dict()}, ckpt)
+    res = export_subnet(path, ckpt, str(tmp_path / 'out'), method=method,
+                        target=('flops', 0.85), shape=(SIZE, SIZE))
+    with open(res.subnet) as f:
+        data = json.load(f)
+    assert data['format'] == 'mmdcs.subnet/3' and [h['name'] for h in data['heads']] == ATTNS
+    heads = {h['name']: set(h['keep']) for h in data['heads']}
+    assert sum(map(len, heads.values())) < sum(HEADS.values())
+    for b in data['blocks']:
+        assert {(c // 16) % HEADS[b['name']] for c in b['keep']} == heads[b['name']]
+    assert res.budget['measured']['flops']['ratio'] == pytest.approx(0.85, abs=0.01)
