@@ -306,17 +306,21 @@ def head_selectors(model: nn.Module) -> Dict[str, ChannelSelector]:
     }
 
 
-def _selection(name: str, selector: ChannelSelector, multiple_of: int) -> BlockSelection:
+def _selection(name: str, selector: ChannelSelector, multiple_of: int,
+               allowed: Optional[torch.Tensor] = None) -> BlockSelection:
     """{α > 0} of one selector (at least its largest α), rounded up to ``multiple_of`` with the
-    dropped entries of largest α (``pad``)."""
+    dropped entries of largest α (``pad``). ``allowed`` (a bool mask): only those entries
+    (the channels of the kept heads, where channels lie inside heads)."""
     alpha = selector.alpha.detach()
-    keep = selector.keep_indices()
+    ok = torch.ones_like(alpha, dtype=torch.bool) if allowed is None else \
+        allowed.to(alpha.device).view_as(alpha)
+    keep = ((alpha > 0) & ok).nonzero().flatten()
     if keep.numel() == 0:
-        keep = alpha.argmax().view(1)
+        keep = alpha.masked_fill(~ok, -float('inf')).argmax().view(1)
     pad: List[int] = []
-    target = min(selector.dim, -(-keep.numel() // multiple_of) * multiple_of)
+    target = min(int(ok.sum()), -(-keep.numel() // multiple_of) * multiple_of)
     if target > keep.numel():
-        dropped = torch.ones_like(alpha, dtype=torch.bool)
+        dropped = ok.clone()
         dropped[keep] = False
         cand = dropped.nonzero().flatten()
         order = alpha[cand].argsort(descending=True, stable=True)
@@ -331,6 +335,8 @@ def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
     ``heads`` entries).
 
     A module whose α are all ≤ 0 keeps its single largest channel (a block cannot be empty).
+    Where a module's channels lie inside its heads (``channel_heads()``: EfficientViT's LiteMLA)
+    the channels of its pruned heads are not kept (they output zero in the supernet too).
 
     Args:
         multiple_of: round every D̃ up to a multiple of this (capped at D) with the dropped
@@ -341,15 +347,25 @@ def export_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if int(multiple_of) < 1:
         raise SubnetError(f'multiple_of must be a positive integer, got {multiple_of}')
     multiple_of = int(multiple_of)
-    blocks = [_selection(name, m.select, multiple_of)
+    # heads are whole units: never rounded up (at least the head of largest α is kept)
+    heads = [_selection(name, sel, 1) for name, sel in head_selectors(model).items()]
+    kept_heads = {b.name: b.keep for b in heads}
+
+    def allowed(name: str, m: nn.Module) -> Optional[torch.Tensor]:
+        """Where a module's channels lie inside its heads (``channel_heads()``, EfficientViT's
+        LiteMLA), a channel of a pruned head outputs zero: it is not kept."""
+        owner = getattr(m, 'channel_heads', None)
+        if name not in kept_heads or not callable(owner):
+            return None
+        return torch.isin(owner(), torch.as_tensor(kept_heads[name], dtype=torch.long))
+
+    blocks = [_selection(name, m.select, multiple_of, allowed(name, m))
               for name, m in prunable_modules(model).items()]
     if not blocks:
         raise SubnetError('this model has no channel selectors: export needs a DCS or KCR '
                           'supernet')
     hidden = [_selection(name, sel, multiple_of)
               for name, sel in hidden_selectors(model).items()]
-    # heads are whole units: never rounded up (at least the head of largest α is kept)
-    heads = [_selection(name, sel, 1) for name, sel in head_selectors(model).items()]
     if multiple_of > 1:
         meta.setdefault('multiple_of', multiple_of)
     return SubnetSpec(family, arch, variant, blocks, meta, hidden, heads)

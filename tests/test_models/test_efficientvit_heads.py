@@ -1,11 +1,11 @@
 """Head selection on EfficientViT's LiteMLA (``select_heads=True``, method.md §2.7): heads =
 C // head_dim, each pruned in every scale branch together (its q, k, v rows of ``qkv``, its
 channels of each scale's depthwise conv and groups of its grouped 1×1 conv, its Linear_θ rows);
-``proj`` reads the channels the α selection keeps (a kept channel of a pruned head as zero), so
-the count is linear in the kept channels and the kept heads. Tested like ViT's and MobileViT's:
-head-pruned == supernet in eval at non-square sizes, exact FLOPs/params (mmengine), calibrated
-cost, subnet format 3, export to a FLOPs budget with heads ±1 %, magnitude scores, ONNX parity,
-bad input in one line."""
+``proj`` reads the channels the subnet keeps (a kept channel of a pruned head as zero; the
+exports keep none), so the count is linear in the kept channels and the kept heads. Tested like
+ViT's and MobileViT's: head-pruned == supernet in eval at non-square sizes, exact FLOPs/params
+(mmengine), calibrated cost, subnet format 3, export to a FLOPs budget with heads ±1 %,
+magnitude scores, ONNX parity, bad input in one line."""
 import copy
 
 import pytest
@@ -42,6 +42,19 @@ def _supernet(seed=0, qk_mask='shared', alpha_shift=0.):
     return m.eval()
 
 
+def _with_dead_channels(spec):
+    """``spec`` with 3 more kept channels per LiteMLA, of its pruned heads (a subnet file may
+    list them; the pruned proj reads them as zero): the supernet outputs zero there too."""
+    heads = {h.name: set(h.keep) for h in spec.heads}
+    blocks = []
+    for b in spec.blocks:
+        dead = [c for c in range(b.dim) if (c // 16) % HEADS[b.name] not in heads[b.name]
+                and c not in b.keep][:3]
+        blocks.append(BlockSelection(b.name, b.dim, sorted(b.keep + dead)))
+    return SubnetSpec(spec.family, spec.arch, spec.variant, blocks, dict(spec.meta),
+                      spec.hidden, spec.heads)
+
+
 def _pruned(supernet, spec, qk_mask='shared'):
     state = prune_state_dict(supernet.state_dict(), spec, lambda: copy.deepcopy(supernet))
     p = EfficientViT(ARCH, subnet=spec.to_dict(), qk_mask=qk_mask)
@@ -58,23 +71,32 @@ def test_head_pruned_equals_supernet_in_eval(qk_mask):
     assert sum(map(len, kept.values())) < sum(HEADS.values())  # some heads pruned
     assert len(kept['stages.3.blocks.2.context_module.main']) == 1  # every α ≤ 0
     channels = {b.name: b.keep for b in spec.blocks}
-    p = _pruned(m, spec, qk_mask)
-    dead = 0
+    # the export keeps no channel of a pruned head (it outputs zero), and every kept head
+    # has its channels of α > 0
     for name, heads in kept.items():
-        a, n, d = p.get_submodule(name), len(heads), 16
-        assert a.heads == a.num_heads == n and a.head_select is None
-        assert a.qkv.conv.weight.shape[0] == 3 * d * n
-        assert a.aggreg[0][0].weight.shape[0] == 3 * d * n and a.aggreg[0][1].groups == 3 * n
-        assert a.qk_select.theta.weight.shape[0] == d * n * (2 if qk_mask == 'separate' else 1)
-        assert a.proj.conv.weight.shape[1] == len(channels[name])  # what α keeps
-        H = HEADS[name]
-        dead += sum(1 for c in channels[name] if (c // d) % H not in heads)
-    assert dead > 0  # kept channels of pruned heads exist here, read as zero
-    for size in ((64, 96), (72, 104)):
-        x = torch.randn((2, 3) + size, generator=torch.Generator().manual_seed(2))
-        with torch.no_grad():
-            ref, got = m(x)[0], p(x)[0]
-        assert_close_scaled(got, ref, 1e-5, f'{qk_mask} {size}')
+        alpha = m.get_submodule(name).select.alpha.detach()
+        assert {(c // 16) % HEADS[name] for c in channels[name]} <= set(heads)
+        assert set(channels[name]) == {c for c in range(alpha.numel())
+                                       if alpha[c] > 0 and (c // 16) % HEADS[name] in heads}
+    # a subnet that lists such channels anyway reads them as zero: the same network
+    for sp in (spec, _with_dead_channels(spec)):
+        p = _pruned(m, sp, qk_mask)
+        channels = {b.name: b.keep for b in sp.blocks}
+        for name, heads in kept.items():
+            a, n, d = p.get_submodule(name), len(heads), 16
+            assert a.heads == a.num_heads == n and a.head_select is None
+            assert a.qkv.conv.weight.shape[0] == 3 * d * n
+            assert a.aggreg[0][0].weight.shape[0] == 3 * d * n
+            assert a.aggreg[0][1].groups == 3 * n
+            assert a.qk_select.theta.weight.shape[0] == d * n * (2 if qk_mask == 'separate'
+                                                                 else 1)
+            assert a.proj.conv.weight.shape[1] == len(channels[name])
+        assert any(a.read_zero for a in p.attentions().values()) == (sp is not spec)
+        for size in ((64, 96), (72, 104)):
+            x = torch.randn((2, 3) + size, generator=torch.Generator().manual_seed(2))
+            with torch.no_grad():
+                ref, got = m(x)[0], p(x)[0]
+            assert_close_scaled(got, ref, 1e-5, f'{qk_mask} {size}')
     with torch.no_grad():  # a closed head matters
         for sel in head_selectors(m).values():
             sel.alpha.abs_()
@@ -148,13 +170,13 @@ def test_calibrated_cost_prices_heads_exactly(resource):
     assert cost.unit_dims()[(HEAD_UNIT, ATTNS[0])] == 8
     for seed in (4, 5):
         m = _supernet(seed)
-        spec = m.export_subnet()
-        p = copy.deepcopy(m)
-        apply_subnet_(p, spec)
-        widths = {(CHANNELS, b.name): b.kept for b in spec.blocks}
-        widths.update(((HEAD_UNIT, h.name), h.kept) for h in spec.heads)
-        got = count_flops(p, SIZE) if resource == 'flops' else count_params(p)
-        assert cost.count(widths) == got
+        for spec in (m.export_subnet(), _with_dead_channels(m.export_subnet())):
+            p = copy.deepcopy(m)
+            apply_subnet_(p, spec)
+            widths = {(CHANNELS, b.name): b.kept for b in spec.blocks}
+            widths.update(((HEAD_UNIT, h.name), h.kept) for h in spec.heads)
+            got = count_flops(p, SIZE) if resource == 'flops' else count_params(p)
+            assert cost.count(widths) == got
     sels = {n: mod.select for n, mod in m.named_modules() if hasattr(mod, 'pruned')}
     heads = head_selectors(m)
     e = cost.expected(sels, 'gate', heads=heads)
@@ -269,7 +291,7 @@ def test_onnx_parity_of_a_head_pruned_subnet(tmp_path):
     pytest.importorskip('onnxscript')
     from mmdcs.apis.deploy import ExportWrapper, OrtModel, export_and_check, set_export_mode_
     m = _supernet(1)
-    spec = m.export_subnet()
+    spec = _with_dead_channels(m.export_subnet())
     p = set_export_mode_(_pruned(m, spec))
     # some LiteMLA reads a kept channel of a pruned head (the appended zero channel)
     assert any(a.read_zero for a in p.attentions().values())
