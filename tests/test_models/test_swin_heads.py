@@ -67,6 +67,8 @@ def _every_channel(spec):
     ('kcr', 'shared', (56, 112), dict(pad_small_map=True)),
     # odd sizes: the patch embedding and PatchMerging pad too (17x23 -> 21x28, 9x12 -> 14x14)
     ('kcr', 'shared', (66, 90), dict()),
+    # a low-rank Linear_θ (D -> 16 -> D): its second layer loses the pruned heads' rows
+    ('dcs', 'shared', (40, 72), dict(theta_rank=16)),
 ])
 def test_head_pruned_equals_supernet_in_eval(variant, qk_mask, size, options):
     m = _supernet(1, variant, qk_mask, **options)
@@ -86,7 +88,10 @@ def test_head_pruned_equals_supernet_in_eval(variant, qk_mask, size, options):
                            ref.relative_position_bias_table[:, b.keep])
         if variant == 'dcs':
             rows = HEAD_DIM * k * (2 if qk_mask == 'separate' else 1)
-            assert attn.qk_select.theta.weight.shape == (rows, D)
+            rank = options.get('theta_rank')
+            assert attn.qk_select.theta.weight.shape == (rows, rank or D)
+            if rank:  # D -> r is shared by the heads and stays whole
+                assert attn.qk_select.theta_down.weight.shape == (rank, D)
     x = torch.randn((2, 3) + size, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         ref, got = m(x)[0], p(x)[0]
@@ -358,6 +363,44 @@ def test_search_with_head_gates_ends_on_the_flops_target():
                                    head=dict(type='LinearClsHead', num_classes=10,
                                              in_channels=768)))
     assert lin.at(kept, {}, heads_kept) == count_flops(pruned, (1, 3, 32, 32))
+
+
+@pytest.mark.parametrize('method,target', [('alpha', None), ('magnitude', 0.7)])
+def test_export_api_writes_the_heads_and_builds_the_narrow_network(tmp_path, method, target):
+    """mmdcs.apis.export.export_subnet on a select_heads Swin classifier config: subnet.json
+    (format 3) lists the kept heads of all 12 window attentions; without a target the API
+    verifies that the pruned model gives the supernet's eval output, with one the measured
+    FLOPs are within ±1 % of it."""
+    import mmpretrain.utils
+    from mmengine.config import Config
+
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.apis.subnet_io import build_model
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    path = str(tmp_path / 'heads.py')
+    with open(path, 'w') as f:
+        f.write("default_scope = 'mmpretrain'\nmodel = dict(type='ImageClassifier', "
+                "backbone=dict(type='mmdcs.Swin', arch='swin-t', variant='kcr', img_size=48, "
+                "select_heads=True), neck=dict(type='GlobalAveragePooling'), "
+                "head=dict(type='LinearClsHead', num_classes=10, in_channels=768))\n")
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(path).model, 'mmpretrain')
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith('alpha'):
+                p.copy_(torch.randn(p.shape, generator=g) * 2 + 0.5)
+    ckpt = str(tmp_path / 'heads.pth')
+    torch.save({'state_dict': model.state_dict()}, ckpt)
+    res = export_subnet(path, ckpt, str(tmp_path / 'out'), method=method,
+                        target=None if target is None else ('flops', target))
+    with open(res.subnet) as f:
+        data = json.load(f)
+    assert data['format'] == 'mmdcs.subnet/3'
+    assert {h['name'] for h in data['heads']} == set(ATTNS)
+    assert sum(h['kept'] for h in data['heads']) < sum(HEADS_T.values())
+    if target is not None:
+        assert res.budget['measured']['flops']['ratio'] == pytest.approx(target, abs=0.01)
 
 
 def test_onnx_parity_of_a_head_pruned_subnet(tmp_path):
