@@ -59,8 +59,9 @@ def _every_channel(spec):
 
 # ------------------------------------------------------------------ pruned == supernet
 @pytest.mark.parametrize('variant,qk_mask,size,options', [
-    # non-square; stages 0 and 1 padded (16x24 -> 21x28, 8x12 -> 14x14) and shifted
-    ('dcs', 'shared', (64, 96), dict()),
+    # non-square; stages 0 and 1 padded (16x24 -> 21x28, 8x12 -> 14x14) and shifted; every
+    # stage's map (detection / segmentation)
+    ('dcs', 'shared', (64, 96), dict(out_indices=(0, 1, 2, 3))),
     # timm's order (shift, then pad) on padded maps, separate Q/K masks
     ('dcs', 'separate', (72, 40), dict(window_padding='timm')),
     # small maps padded to the 7x7 window and shifted (mmdet), no padding at stage 0 (14x28)
@@ -94,8 +95,11 @@ def test_head_pruned_equals_supernet_in_eval(variant, qk_mask, size, options):
                 assert attn.qk_select.theta_down.weight.shape == (rank, D)
     x = torch.randn((2, 3) + size, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        ref, got = m(x)[0], p(x)[0]
-    assert_close_scaled(got, ref, 1e-5, f'{variant} {qk_mask} {size} {options}')
+        refs, gots = m(x), p(x)
+    assert len(gots) == len(refs) == len(options.get('out_indices', (3, )))
+    for i, (got, ref) in enumerate(zip(gots, refs)):
+        assert_close_scaled(got, ref, 1e-5, f'{variant} {qk_mask} {size} {options} out {i}')
+    ref = refs[0]
     # a closed head matters: opening every head changes the supernet's output
     with torch.no_grad():
         for sel in head_selectors(m).values():
