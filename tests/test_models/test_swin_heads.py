@@ -18,8 +18,8 @@ from mmdcs.models.backbones.swin import Swin
 from mmdcs.models.counting import calibrate_cost, count_flops, count_params
 from mmdcs.selection import (SUBNET_FORMAT, BlockSelection, ChannelSelector, SubnetError,
                              SubnetSpec, apply_subnet_, arch_parameters, head_selectors,
-                             prune_state_dict)
-from mmdcs.selection.budget import CHANNELS, HEADS
+                             hidden_selectors, prune_state_dict)
+from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN
 
 IMG = 64
 ATTNS = [f'layers.{i}.blocks.{j}.attn' for i, depth in enumerate((2, 2, 6, 2))
@@ -201,8 +201,9 @@ def test_flops_and_params_drop_by_exactly_the_pruned_heads(variant, size):
 
 @pytest.fixture(scope='module')
 def calibrated():
-    """(supernet, exact FLOPs count, exact params count) of seed 4 at 64x64."""
-    m = _supernet(4)
+    """(supernet, exact FLOPs count, exact params count) of seed 4 at 64x64, with hidden-unit
+    selection too (channels, hidden units and heads in one count)."""
+    m = _supernet(4, select_hidden=True)
     return m, calibrate_cost(m, 'flops', (IMG, IMG)), calibrate_cost(m, 'params')
 
 
@@ -219,25 +220,27 @@ def test_calibrated_cost_prices_heads_exactly(calibrated, resource):
         assert cost.head_coef[a] == want, a
         assert cost.marginal((HEADS, a), {}) == want
     for seed in (4, 5):
-        s = _supernet(seed)
+        s = _supernet(seed, select_hidden=True)
         spec = s.export_subnet()
+        assert spec.hidden and spec.heads
         p = copy.deepcopy(s)
         apply_subnet_(p, spec)
         widths = {(CHANNELS, b.name): b.kept for b in spec.blocks}
+        widths.update(((HIDDEN, b.name), b.kept) for b in spec.hidden)
         widths.update(((HEADS, h.name), h.kept) for h in spec.heads)
         got = count_flops(p, IMG) if resource == 'flops' else count_params(p)
         assert cost.count(widths) == got, seed
     # the expected count: E[kept heads] = Σ sigmoid(α) enters linearly, with a gradient
     sels = {n: mod.select for n, mod in m.named_modules() if hasattr(mod, 'pruned')}
-    heads = head_selectors(m)
-    e = cost.expected(sels, 'gate', heads=heads)
+    hidden, heads = hidden_selectors(m), head_selectors(m)
+    e = cost.expected(sels, 'gate', hidden, heads=heads)
     e.backward()
-    manual = cost.at({n: float(s.expected_kept().detach()) for n, s in sels.items()}, {},
+    manual = cost.at({n: float(s.expected_kept().detach()) for n, s in sels.items()},
+                     {k: float(s.expected_kept().detach()) for k, s in hidden.items()},
                      {k: float(s.expected_kept().detach()) for k, s in heads.items()})
     assert_close_scaled(e.detach(), torch.tensor(manual), 1e-6)  # float32 sums
     assert all(s.alpha.grad is not None for s in heads.values())
-    for s in heads.values():
-        s.alpha.grad = None
+    m.zero_grad(set_to_none=True)
 
 
 # ------------------------------------------------------------------ export
@@ -291,8 +294,8 @@ def test_magnitude_scores_of_heads():
 @pytest.mark.parametrize('method', ['alpha', 'magnitude'])
 @pytest.mark.parametrize('target', [0.5, 0.7])
 def test_export_to_a_flops_budget_ranks_heads_within_one_percent(calibrated, method, target):
-    """budget_subnet with the scorer's head scores: heads pruned with channels, the built
-    network's mmengine FLOPs within ±1 % of the target (of the baseline's)."""
+    """budget_subnet with the scorer's head scores: heads ranked with channels and hidden
+    units, the built network's mmengine FLOPs within ±1 % of the target (of the baseline's)."""
     from mmdcs.selection import budget_subnet
     from mmdcs.selection.importance import get_scorer
     m, cost, _ = calibrated
@@ -303,7 +306,7 @@ def test_export_to_a_flops_budget_ranks_heads_within_one_percent(calibrated, met
                          head_scores=scorer.heads(m))
     assert {h.name for h in spec.heads} == set(ATTNS)
     assert sum(h.kept for h in spec.heads) < sum(HEADS_T.values())
-    assert 'heads' in spec.meta['budget']['ranked']
+    assert spec.meta['budget']['ranked'] == 'channels and hidden units and heads'
     p = _pruned(m, spec)
     flops = count_flops(p, IMG)
     assert flops == spec.meta['budget']['achieved']
