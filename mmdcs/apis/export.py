@@ -98,7 +98,7 @@ def load_baseline_checkpoint(model: nn.Module, checkpoint: str) -> dict:
     state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
     state = {k[7:] if k.startswith('module.') else k: v for k, v in state.items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
-    selection = ('.qk_select.', '.select.', '.hidden_select.', 'gate.tau')
+    selection = ('.qk_select.', '.select.', '.hidden_select.', '.head_select.', 'gate.tau')
     missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
     if missing or unexpected:
         raise UserError(f'{checkpoint} does not fit the config\'s model: missing keys '

@@ -150,9 +150,9 @@ class SelectableBackbone(BaseModule):
         def __init__(self, *args, **kw):
             if not type(self).supports_heads and 'select_heads' in kw:
                 if kw.pop('select_heads'):
-                    raise ValueError(f'{type(self).__name__}: select_heads=True, but the '
-                                     f'{type(self).family!r} family has no head selection '
-                                     '(supports_heads is False)')
+                    raise ValueError(f'{type(self).__name__}: select_heads=True, but '
+                                     f'{type(self).__name__} (family {type(self).family!r}) '
+                                     'has no head selection (supports_heads is False)')
             init(self, *args, **kw)
             if type(self).__init__ is __init__:  # the outermost constructor has returned
                 self._finish_build()
@@ -206,8 +206,8 @@ class SelectableBackbone(BaseModule):
             raise ValueError(f'{name}: select_heads must be False or True, got '
                              f'{select_heads!r}')
         if select_heads and not self.supports_heads:
-            raise ValueError(f'{name}: select_heads=True, but the {self.family!r} family has '
-                             'no head selection (supports_heads is False)')
+            raise ValueError(f'{name}: select_heads=True, but {name} (family {self.family!r}) '
+                             'has no head selection (supports_heads is False)')
         if select_heads and not mlp:
             raise ValueError(f'{name}: select_heads needs a variant with channel selection '
                              f'(dcs, kcr, dcs-arch2), got {variant!r}')
@@ -386,7 +386,7 @@ class SelectableBackbone(BaseModule):
         to be missing: they keep their "all kept" initialisation. Anything else missing or
         unexpected is reported (an error with ``strict=True``, returned otherwise)."""
         missing, unexpected = self.load_state_dict(state_dict, strict=False)
-        selection = ('.qk_select.', '.select.', '.hidden_select.', 'gate.tau')
+        selection = ('.qk_select.', '.select.', '.hidden_select.', '.head_select.', 'gate.tau')
         missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
         if strict and (missing or unexpected):
             raise KeyError(f'{type(self).__name__}: checkpoint does not fit; missing keys: '
