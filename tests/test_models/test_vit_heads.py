@@ -162,22 +162,24 @@ def test_bad_heads_are_one_line_naming_the_block_and_the_key(edit, message):
     assert message in str(e.value) and '\n' not in str(e.value)
 
 
-def test_select_heads_on_a_family_without_heads_is_one_line():
-    from mmdcs.models.backbones.swin import Swin
-    with pytest.raises(ValueError) as e:
-        Swin('swin-t', variant='kcr', select_heads=True)
-    assert "select_heads=True, but the 'swin' family has no head selection" in str(e.value)
+def test_select_heads_on_a_backbone_without_heads_is_one_line():
+    from mmdcs.models.backbones.dynamic_vit import DynamicViT
+    with pytest.raises(ValueError) as e:  # a peer method's backbone (supports_heads False)
+        DynamicViT('deit-s', select_heads=True)
+    assert ("select_heads=True, but DynamicViT (family 'vit') has no head selection"
+            in str(e.value))
     assert '\n' not in str(e.value)
-    Swin('swin-t', variant='kcr', select_heads=False)  # off: accepted by every family
     with pytest.raises(ValueError, match='select_heads needs a variant with channel selection'):
         ViT('deit-tiny', variant='baseline', select_heads=True)
 
 
-def test_heads_of_a_subnet_on_a_family_without_heads_are_refused():
+def test_heads_of_a_subnet_on_a_family_without_heads_are_refused(monkeypatch):
     from mmdcs.models.backbones.swin import Swin
     sw = Swin('swin-t', variant='kcr', img_size=64)
     spec = sw.export_subnet()
-    spec.heads = [BlockSelection('stages.0.blocks.0.attn', 3, [0])]
+    spec.heads = [BlockSelection('layers.0.blocks.0.attn', 3, [0])]
+    # a family that declares no head selection: even a real attention path is refused
+    monkeypatch.setattr(Swin, 'supports_heads', False)
     with pytest.raises(SubnetError, match='has no attention with prunable heads there'):
         Swin('swin-t', subnet=spec, img_size=64)
 
@@ -315,11 +317,12 @@ def test_export_to_a_flops_budget_ranks_heads_within_one_percent(method, target)
 
 def test_contract_declares_head_selection(monkeypatch):
     """supports_heads is part of the contract: every family declares it (the base's False:
-    absent), ViT, MobileViT and EfficientViT support heads, a non-bool declaration is a gap."""
+    absent), ViT, Swin, MobileViT and EfficientViT support heads, a non-bool declaration is a
+    gap."""
     from mmdcs.models.backbones.base import backbone_classes, contract_gaps
     classes = backbone_classes()
-    with_heads = {'vit', 'mobilevit', 'efficientvit'}
-    assert all(classes[f].supports_heads is True for f in with_heads)
+    with_heads = {'vit', 'swin', 'mobilevit', 'efficientvit'}
+    assert {f for f, c in classes.items() if c.supports_heads is True} == with_heads
     assert all(c.supports_heads is False for f, c in classes.items() if f not in with_heads)
     assert not any(g.startswith('supports_heads') for g in contract_gaps(ViT))
     monkeypatch.setattr(ViT, 'supports_heads', 'yes')

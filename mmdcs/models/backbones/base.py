@@ -150,9 +150,9 @@ class SelectableBackbone(BaseModule):
         def __init__(self, *args, **kw):
             if not type(self).supports_heads and 'select_heads' in kw:
                 if kw.pop('select_heads'):
-                    raise ValueError(f'{type(self).__name__}: select_heads=True, but the '
-                                     f'{type(self).family!r} family has no head selection '
-                                     '(supports_heads is False)')
+                    raise ValueError(f'{type(self).__name__}: select_heads=True, but '
+                                     f'{type(self).__name__} (family {type(self).family!r}) '
+                                     'has no head selection (supports_heads is False)')
             init(self, *args, **kw)
             if type(self).__init__ is __init__:  # the outermost constructor has returned
                 self._finish_build()
@@ -206,8 +206,8 @@ class SelectableBackbone(BaseModule):
             raise ValueError(f'{name}: select_heads must be False or True, got '
                              f'{select_heads!r}')
         if select_heads and not self.supports_heads:
-            raise ValueError(f'{name}: select_heads=True, but the {self.family!r} family has '
-                             'no head selection (supports_heads is False)')
+            raise ValueError(f'{name}: select_heads=True, but {name} (family {self.family!r}) '
+                             'has no head selection (supports_heads is False)')
         if select_heads and not mlp:
             raise ValueError(f'{name}: select_heads needs a variant with channel selection '
                              f'(dcs, kcr, dcs-arch2), got {variant!r}')

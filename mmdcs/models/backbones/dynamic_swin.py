@@ -67,6 +67,8 @@ class DynamicSwin(TokenPruningMixin, Swin):
         **kwargs: as :class:`Swin` (``out_indices``, ``drop_path_rate``, ``frozen_stages``,
             ``pad_small_map``, ``init_cfg``, …). Only the baseline variant.
     """
+    #: a peer method (baseline only): no head selection
+    supports_heads = False
 
     def __init__(self, arch: str = 'swin-t', keep_ratio: Optional[float] = 0.7,
                  keep_ratios: Optional[Sequence[float]] = None,

@@ -179,19 +179,34 @@ class RelativePositionBiasMixin:
 
 class WindowAttention(RelativePositionBiasMixin, DCSAttention):
     """Window attention with relative position bias (timm's ``WindowAttention`` parameters) and
-    the per-token Q/K channel mask of DCS inside every window."""
+    the per-token Q/K channel mask of DCS inside every window; with ``select_heads=True`` a gate
+    per head (method.md §2.7), whose pruning also removes the head's column of the relative
+    position bias table (:meth:`prune_heads_`)."""
 
     def __init__(self, dim: int, num_heads: int, window_size: Size, qkv_bias: bool = True,
                  attn_drop: float = 0., proj_drop: float = 0., qk_select: Optional[str] = None,
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
-                 theta_rank: Optional[int] = None):
+                 theta_rank: Optional[int] = None, select_heads: bool = False):
         super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, qk_select,
-                         gate_init=gate_init, tau=tau, theta_rank=theta_rank)
+                         gate_init=gate_init, tau=tau, theta_rank=theta_rank,
+                         select_heads=select_heads)
         self.init_relative_position_bias(window_size, num_heads)
 
     def forward(self, x: Tensor, window: Size, mask: Optional[Tensor] = None) -> Tensor:
         """x: (B·nW, N, C) windowed tokens; mask: (nW, N, N) shifted-window mask or None."""
         return super().forward(x, attn_bias=self.window_attn_bias(x, window, mask))
+
+    @torch.no_grad()
+    def prune_heads_(self, keep: Sequence[int]) -> None:
+        """As :meth:`DCSAttention.prune_heads_` (rows of q, k, v and Linear_θ, columns of
+        ``proj``), and the kept heads' columns of ``relative_position_bias_table`` ((2·wh−1)·
+        (2·ww−1) parameters per head): the bias of every window, shifted or not, padded or
+        smaller than the configured one, is read from the kept columns."""
+        super().prune_heads_(keep)  # checks keep before changing anything
+        table = self.relative_position_bias_table
+        cols = torch.tensor(sorted(int(h) for h in keep), device=table.device)
+        self.relative_position_bias_table = nn.Parameter(
+            table.index_select(1, cols).clone(), requires_grad=table.requires_grad)
 
 
 class SwinBlock(nn.Module):
@@ -203,7 +218,7 @@ class SwinBlock(nn.Module):
                  qk_select: Optional[str] = None, mlp_select: bool = False,
                  gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5,
                  window_padding: str = 'mmdet', select_hidden: bool = False,
-                 theta_rank: Optional[int] = None):
+                 theta_rank: Optional[int] = None, select_heads: bool = False):
         super().__init__()
         if window_padding not in WINDOW_PADDINGS:
             raise ValueError(f'window_padding must be one of {WINDOW_PADDINGS}, got '
@@ -214,7 +229,8 @@ class SwinBlock(nn.Module):
         self.window_padding = window_padding
         self.norm1 = nn.LayerNorm(dim)
         self.attn = WindowAttention(dim, num_heads, (window_size, window_size), qkv_bias,
-                                    attn_drop, drop, qk_select, gate_init, tau, theta_rank)
+                                    attn_drop, drop, qk_select, gate_init, tau, theta_rank,
+                                    select_heads)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0. else nn.Identity()
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = GatedMLP(dim, int(dim * mlp_ratio), drop=drop, select=mlp_select,
@@ -372,6 +388,11 @@ class Swin(SelectableBackbone):
         window_padding: on maps that are not a multiple of the window, ``'mmdet'`` (default)
             pads and then shifts (official Swin detection code, mmdet, mmseg), ``'timm'``
             shifts and then pads (timm). See the module doc.
+        select_heads: a gate per head in every window attention (α of heads beside α of
+            channels, searched by the same loop; method.md §2.7); the subnet's ``heads`` list
+            the kept heads, and a pruned attention loses the head's rows of q, k, v (and
+            Linear_θ), its columns of proj and of the relative position bias table. Off by
+            default (the papers).
     """
     family = 'swin'
     takes_img_size = True
@@ -380,6 +401,9 @@ class Swin(SelectableBackbone):
     #: the last stage (its output is (B, H, W, C))
     cam_layer = 'layers.-1'
     timm_models = TIMM_MODELS
+    #: a gate per head in every window attention (``select_heads=True``) and a subnet's kept
+    #: heads (method.md §2.7)
+    supports_heads = True
     #: besides timm's: Microsoft's original checkpoints
     checkpoint_layouts = ('timm', 'official')
     arch_zoo = {
@@ -396,9 +420,10 @@ class Swin(SelectableBackbone):
                  drop_path_rate: float = 0., out_indices: Union[int, Sequence[int]] = (3, ),
                  frozen_stages: int = -1, pad_small_map: bool = False,
                  window_padding: str = 'mmdet', init_cfg=None, select_hidden: bool = False,
-                 theta_rank: Optional[int] = None):
+                 theta_rank: Optional[int] = None, select_heads: bool = False):
         super().__init__(arch, variant, subnet, qk_mask, gate_init, tau, init_cfg,
-                         select_hidden=select_hidden, theta_rank=theta_rank)
+                         select_hidden=select_hidden, theta_rank=theta_rank,
+                         select_heads=select_heads)
         check_choice('window_padding', window_padding, WINDOW_PADDINGS, 'Swin')
         self.window_padding = window_padding
         s = self.arch_settings
@@ -422,7 +447,7 @@ class Swin(SelectableBackbone):
                 drop=drop_rate, attn_drop=attn_drop_rate, pad_small_map=pad_small_map,
                 window_padding=window_padding, qk_select=self.qk_select, mlp_select=self.mlp_select,
                 gate_init=self.gate_init, tau=self.init_tau, select_hidden=self.select_hidden,
-                theta_rank=self.theta_rank))
+                theta_rank=self.theta_rank, select_heads=self.select_heads))
             start += depth
         self.layers = nn.Sequential(*layers)
         for i in self.out_indices:
