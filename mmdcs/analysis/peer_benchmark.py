@@ -31,6 +31,7 @@ only.
   :func:`match_flops` — with whole heads.
 """
 import copy
+import math
 import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -259,11 +260,16 @@ def tp_prune(model: nn.Module, example: torch.Tensor, ratio: float,
     pruner = pruner_cls(net, example, importance=tp.importance.MagnitudeImportance(p=2),
                         pruning_ratio=float(ratio), ignored_layers=ignored, round_to=round_to,
                         **kwargs)
+    before = {q: a.num_heads for q, a in attns.items()}
     pruner.step()
     for q, a in attns.items():
         a.num_heads = q.out_features // (3 * head_dims[q])
         if hasattr(a, 'attn_dim'):  # timm >= 1.0.2x reshapes by it
             a.attn_dim = a.num_heads * head_dims[q]
+    if attns and any(math.ceil(heads_ratio * n) > 0 for n in before.values()) and \
+            all(a.num_heads == before[q] for q, a in attns.items()):
+        raise ValueError(f'Torch-Pruning removed no head at head ratio {heads_ratio:.3f} '
+                         '(it does not find these attentions\' heads)')
     return net
 
 
