@@ -228,14 +228,20 @@ def head_attentions(model: nn.Module) -> Dict[nn.Module, nn.Module]:
 
 
 def tp_prune(model: nn.Module, example: torch.Tensor, ratio: float,
-             heads_ratio: Optional[float] = None, round_to: int = 8, tp=None) -> nn.Module:
+             heads_ratio: Optional[float] = None, round_to: int = 8, tp=None,
+             hidden_names: Optional[Sequence[str]] = None) -> nn.Module:
     """A pruned copy of ``model`` (timm's): Torch-Pruning's ``MagnitudePruner`` (L2 magnitude,
     the same ``ratio`` in every layer, widths rounded to ``round_to``) on the hidden units
-    (:func:`hidden_unit_layers`), with ``heads_ratio`` also on whole heads of every
+    (:func:`hidden_unit_layers`, or the modules of ``model`` named ``hidden_names``, found
+    once for many ratios), with ``heads_ratio`` also on whole heads of every
     :func:`head_attentions` (their ``num_heads`` set after); every other layer ignored."""
     tp = tp or import_torch_pruning()
     net = copy.deepcopy(model).eval()
-    hidden = hidden_unit_layers(net, example, tp)
+    if hidden_names is None:
+        hidden = hidden_unit_layers(net, example, tp)
+    else:
+        mods = dict(net.named_modules())
+        hidden = [mods[n] for n in hidden_names]
     if not hidden:
         raise ValueError('no hidden-unit layers found for Torch-Pruning')
     keep = set(hidden)
@@ -380,6 +386,10 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
     timm_base = TimmFeatures(tmodel).eval()
     timm_flops = count_flops(timm_base, size)
     timm_params = feature_params(timm_base, x)
+    names = {mod: n for n, mod in tmodel.named_modules()}
+    hidden = [names[mod] for mod in hidden_unit_layers(tmodel, x, tp)]
+    say(f'{arch}: timm {type(tmodel).__name__}: {len(hidden)} hidden-unit layers '
+        f'(e.g. {hidden[0] if hidden else "none"})')
     models = {'mmdcs baseline': base, 'mmdcs': pruned, 'timm baseline': timm_base}
     rows_meta = [dict(method=f'mmdcs {variant} + hidden ({method}, latency target '
                              f'{target:g})', name='mmdcs', base='mmdcs baseline',
@@ -395,7 +405,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
             continue
         def flops_at(r, h=None, heads=heads):
             h = (r if h is None else h) if heads else None
-            return count_flops(TimmFeatures(tp_prune(tmodel, x, r, h, round_to, tp)),
+            return count_flops(TimmFeatures(tp_prune(tmodel, x, r, h, round_to, tp, hidden)),
                                size) / timm_flops
 
         try:
@@ -410,7 +420,8 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
                              f'{m.value:.4f} for {ours_flops:.4f}')
             say(f'{arch}: Torch-Pruning {peer}: skipped ({skipped[peer]})')
             continue
-        feats = TimmFeatures(tp_prune(tmodel, x, m.ratio, h_used, round_to, tp)).eval()
+        feats = TimmFeatures(tp_prune(tmodel, x, m.ratio, h_used, round_to, tp,
+                                      hidden)).eval()
         name = f'Torch-Pruning {peer}'
         models[name] = feats
         rows_meta.append(dict(method=f'Torch-Pruning {peer} (magnitude, round_to={round_to})',
