@@ -40,7 +40,8 @@ import torch
 import torch.nn as nn
 
 from mmdcs.selection import SubnetSpec
-from .complexity import backbone_class, build_backbone, count_flops, count_params
+from .complexity import (backbone_class, build_backbone, count_flops, count_params,
+                         flops_budget_subnet)
 from .latency import _size, num_threads
 from .latency_target import latency_budget_spec
 
@@ -334,7 +335,8 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
                    input_size: Union[None, int, Sequence[int]] = None,
                    select_hidden: Union[bool, str] = 'all', variant: Optional[str] = None,
                    method: str = 'magnitude', multiple_of: int = 8, round_to: int = 8,
-                   peers: Sequence[str] = PEER_METHODS, tol: float = 0.01, threads: int = 1,
+                   peers: Sequence[str] = PEER_METHODS, hidden_only: bool = True,
+                   tol: float = 0.01, threads: int = 1,
                    repeats: int = 21, warmup: int = 3, seed: int = 0, table_rounds: int = 5,
                    table_timer: Optional[Callable] = None,
                    clocks: Optional[Dict[str, Callable[[], float]]] = None,
@@ -352,6 +354,10 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
         round_to: the peer's widths are rounded to multiples of it.
         peers: which of :data:`PEER_METHODS` rows to add (a model without attention heads
             Torch-Pruning removes gets no ``'hidden+heads'`` row: ``skipped`` says why).
+        hidden_only: also mmdcs's own network with the hidden units alone pruned (one kept
+            ratio, every residual channel kept, :func:`~mmdcs.analysis.complexity.
+            flops_budget_subnet`) at the same FLOPs: the peer's choice of units in mmdcs's
+            implementation, which says whether a gap is the units or the implementation.
         tol: relative tolerance of the FLOPs match.
         threads, repeats, warmup, clocks: the timing (:func:`time_interleaved`).
         progress: called with a line at every step.
@@ -396,6 +402,24 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
                       flops_ratio=ours_flops, params_ratio=count_params(pruned) /
                       count_params(base), predicted_ratio=predicted, pruning_ratio=None,
                       heads_ratio=None, match=None)]
+    if hidden_only:
+        # mmdcs's own network pruned like the peer's 'hidden' row: every hidden width at one
+        # ratio, the residual channels D̃ all kept, at the same FLOPs
+        cls = backbone_class(arch)
+        ho_spec = flops_budget_subnet(cls, arch, variant, ours_flops,
+                                      select_hidden=select_hidden or True, prune_channels=False,
+                                      seed=seed, multiple_of=multiple_of, **cls.size_kwargs(size))
+        torch.manual_seed(seed)
+        ho = build_backbone(arch, ho_spec.variant, ho_spec, size).eval()
+        rows_meta.append(dict(method=f'mmdcs {variant}, hidden units only (FLOPs budget)',
+                              name='mmdcs hidden only', base='mmdcs baseline',
+                              flops_ratio=count_flops(ho, size) / base_flops,
+                              params_ratio=count_params(ho) / count_params(base),
+                              predicted_ratio=None, pruning_ratio=1 - ho_spec.meta['keep_ratio'],
+                              heads_ratio=None, match=None))
+        models['mmdcs hidden only'] = ho
+        say(f'{arch}: mmdcs hidden units only: kept ratio {ho_spec.meta["keep_ratio"]:.3f} → '
+            f'FLOPs ratio {rows_meta[-1]["flops_ratio"]:.4f}')
     skipped = {}
     for peer in peers:
         heads = peer == 'hidden+heads'

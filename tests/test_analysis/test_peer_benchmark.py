@@ -162,7 +162,7 @@ def test_a_real_tiny_run_has_the_promised_structure(monkeypatch):
     lines = []
     out = pb.peer_benchmark('deit-tiny', 0.7, input_size=SIZE, repeats=2, warmup=0,
                             clocks=dict(wall=clock, thread=clock), progress=lines.append)
-    ours, hidden, heads = out['rows']
+    ours, own_hidden, hidden, heads = out['rows']
     pruned = build_backbone('deit-tiny', spec.variant, spec, SIZE).eval()
     base = build_backbone('deit-tiny', 'baseline', None, SIZE).eval()
     target = count_flops(pruned, SIZE) / count_flops(base, SIZE)
@@ -170,13 +170,16 @@ def test_a_real_tiny_run_has_the_promised_structure(monkeypatch):
     assert ours['predicted_ratio'] == 0.7 and ours['method'].startswith('mmdcs kcr')
     # timm's DeiT-Tiny counts as mmdcs's baseline (the same network)
     assert out['baseline_flops']['timm'] == out['baseline_flops']['mmdcs']
-    for row in (hidden, heads):
+    # mmdcs's own network with the hidden units alone pruned, at the same FLOPs
+    assert own_hidden['method'].startswith('mmdcs kcr, hidden units only')
+    for row in (own_hidden, hidden, heads):
         assert abs(row['flops_ratio'] - target) <= 0.01 * target
-        assert 0 < row['params_ratio'] < 1 and row['match']
+        assert 0 < row['params_ratio'] < 1
         assert row['latency_ratio'] > 0 and row['latency_ratio_thread'] > 0
+    assert hidden['match'] and heads['match'] and own_hidden['match'] is None
     assert hidden['heads_ratio'] is None and heads['heads_ratio'] is not None
     assert not out['skipped'] and out['table_built'] is False
-    assert set(out['timings']) == {'mmdcs baseline', 'mmdcs', 'timm baseline',
+    assert set(out['timings']) == {'mmdcs baseline', 'mmdcs', 'mmdcs hidden only', 'timm baseline',
                                    'Torch-Pruning hidden', 'Torch-Pruning hidden+heads'}
     # the peer's widths: hidden units in groups of 8, the residual width untouched, a head left
     tmodel, _ = pb.timm_model('deit-tiny', SIZE)
