@@ -171,10 +171,16 @@ class TimmFeatures(nn.Module):
 
 
 def timm_model(arch: str, input_size: Union[None, int, Sequence[int]] = None,
-               seed: int = 0) -> Tuple[nn.Module, Tuple[int, int]]:
+               seed: int = 0, fused_attn: bool = True) -> Tuple[nn.Module, Tuple[int, int]]:
     """(timm's model of ``arch``, random init with ``seed``, eval mode; (H, W)): the family's
     ``timm_models`` name (the backbone contract); ``img_size`` passed where the size is not
-    the model's default. ValueError for an arch without a timm equivalent."""
+    the model's default. ValueError for an arch without a timm equivalent.
+
+    ``fused_attn``: every timm attention computes softmax(QKᵀ)V with
+    ``F.scaled_dot_product_attention``, as mmdcs's attentions do (timm 1.0 does so by default
+    for ViT but not for Swin, whose fused path it marks experimental: its Swin-T then runs
+    1.3× slower than mmdcs's at batch 1 on one CPU thread, and every pruning ratio against that
+    baseline is inflated by the slower unpruned attention)."""
     import timm  # lazy import: only the peer benchmark builds timm's models
     cls = backbone_class(arch)
     name = (cls.timm_models or {}).get(arch)
@@ -186,7 +192,12 @@ def timm_model(arch: str, input_size: Union[None, int, Sequence[int]] = None,
     default = timm.get_pretrained_cfg(name)
     default = tuple(default.input_size[-2:]) if default is not None else None
     kwargs = {} if default == tuple(size) else dict(img_size=tuple(size))
-    return timm.create_model(name, pretrained=False, **kwargs).eval(), size
+    model = timm.create_model(name, pretrained=False, **kwargs).eval()
+    if fused_attn:
+        for m in model.modules():
+            if isinstance(getattr(m, 'fused_attn', None), bool):
+                m.fused_attn = True
+    return model, size
 
 
 def _is_depthwise(m: nn.Module) -> bool:
@@ -280,9 +291,8 @@ def tp_prune(model: nn.Module, example: torch.Tensor, ratio: float,
     return net
 
 
-def feature_params(features: TimmFeatures, example: torch.Tensor) -> int:
-    """Parameters ``forward_features`` uses: those of every module it calls, and the model's
-    own (class token, position embedding), not the classifier head's."""
+def called_modules(features: TimmFeatures, example: torch.Tensor) -> set:
+    """The modules ``forward_features`` calls (not the classifier head's)."""
     called = set()
     hooks = [m.register_forward_hook(lambda m, i, o: called.add(m))
              for m in features.model.modules() if m is not features.model]
@@ -292,8 +302,14 @@ def feature_params(features: TimmFeatures, example: torch.Tensor) -> int:
     finally:
         for h in hooks:
             h.remove()
+    return called
+
+
+def feature_params(features: TimmFeatures, example: torch.Tensor) -> int:
+    """Parameters ``forward_features`` uses: those of every module it calls, and the model's
+    own (class token, position embedding), not the classifier head's."""
     seen = set()
-    for m in list(called) + [features.model]:
+    for m in list(called_modules(features, example)) + [features.model]:
         for p in m.parameters(recurse=False):
             seen.add(p)
     return sum(p.numel() for p in seen)
@@ -393,7 +409,8 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
     timm_flops = count_flops(timm_base, size)
     timm_params = feature_params(timm_base, x)
     names = {mod: n for n, mod in tmodel.named_modules()}
-    hidden = [names[mod] for mod in hidden_unit_layers(tmodel, x, tp)]
+    called = called_modules(timm_base, x)  # the classifier head's MLP is not a backbone's
+    hidden = [names[mod] for mod in hidden_unit_layers(tmodel, x, tp) if mod in called]
     say(f'{arch}: timm {type(tmodel).__name__}: {len(hidden)} hidden-unit layers '
         f'(e.g. {hidden[0] if hidden else "none"})')
     models = {'mmdcs baseline': base, 'mmdcs': pruned, 'timm baseline': timm_base}
