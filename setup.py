@@ -64,6 +64,9 @@ if __name__ == '__main__':
         extras_require={
             'tests': read_requirements('tests.txt'),
             'all': read_requirements('tests.txt'),
+            # the peer of tools/analysis/benchmark_peer.py, not a dependency of mmdcs (kept
+            # out of requirements/, whose files tools/setup_env.sh hashes)
+            'bench': ['torch-pruning==1.6.1'],
         },
         license='Apache-2.0',
         zip_safe=False,

@@ -12,6 +12,7 @@ which channels go does not change the time, only how many do, so a random supern
 latency benchmark of the export, not of accuracy.
 
 * :func:`latency_target_row` — one model, one batch size: the row.
+* :func:`latency_budget_spec` — its subnet only (table and budget, nothing timed).
 * :func:`format_latency_target` — rows as a markdown table.
 """
 import statistics
@@ -51,6 +52,36 @@ def supernet_pair(arch: str, variant: Optional[str] = None,
     sup = cls(arch, variant=variant, **kwargs).eval()
     base = build_backbone(arch, 'baseline', None, size).eval()
     return sup, base, size, variant
+
+
+def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
+                        device: str = 'cpu', dtype: str = 'fp32', *,
+                        variant: Optional[str] = None,
+                        input_size: Union[None, int, Sequence[int]] = None,
+                        select_hidden: Union[bool, str] = False, method: str = 'magnitude',
+                        multiple_of: int = 8, table: Optional[dict] = None,
+                        table_rounds: int = 5, table_timer: Optional[Callable] = None,
+                        seed: int = 0, progress: Optional[Callable[[str], None]] = None,
+                        on_table: Optional[Callable[[dict], None]] = None):
+    """The budget subnet of a paper model at a latency target, not yet measured: the first half
+    of :func:`latency_target_row` (same arguments), for the benchmarks that time it beside other
+    models. Returns ``(spec, table, built, baseline, (H, W), variant)``: the
+    :class:`~mmdcs.selection.SubnetSpec` (its ``meta['budget']`` has the predicted ratio), the
+    table used, whether it was measured here, the baseline backbone (eval mode)."""
+    sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed)
+    built = table is None
+    if built:
+        table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
+                            multiple_of=multiple_of, timer=table_timer, seed=seed,
+                            progress=progress)
+        if on_table is not None:
+            on_table(table)
+    cost = LatencyCost.from_table(table, sup, size)
+    scorer = get_scorer(method)
+    scores, hidden_scores = scorer(sup, model=sup)
+    spec = budget_subnet(sup, sup.family, arch, variant, scores, cost, target, multiple_of,
+                         hidden_scores=hidden_scores, normalize=scorer.normalize, method=method)
+    return spec, table, built, base, size, variant
 
 
 def latency_target_row(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
@@ -97,19 +128,11 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
     t0 = time.perf_counter()
-    sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed)
-    built = table is None
-    if built:
-        table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
-                            multiple_of=multiple_of, timer=table_timer, seed=seed,
-                            progress=progress)
-        if on_table is not None:
-            on_table(table)
-    cost = LatencyCost.from_table(table, sup, size)
-    scorer = get_scorer(method)
-    scores, hidden_scores = scorer(sup, model=sup)
-    spec = budget_subnet(sup, sup.family, arch, variant, scores, cost, target, multiple_of,
-                         hidden_scores=hidden_scores, normalize=scorer.normalize, method=method)
+    spec, table, built, base, size, variant = latency_budget_spec(
+        arch, target, batch, threads, device, dtype, variant=variant, input_size=input_size,
+        select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
+        table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
+        on_table=on_table)
     torch.manual_seed(seed)
     pruned = build_backbone(arch, spec.variant, spec, size).eval()
     flops_ratio = count_flops(pruned, size) / count_flops(base, size)

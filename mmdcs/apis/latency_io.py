@@ -16,6 +16,7 @@ from mmdcs.analysis.latency import _size
 from mmdcs.analysis.latency_table import (DTYPES, build_table, device_name, format_validation,
                                           load_table, validate)
 from mmdcs.analysis.latency_target import latency_target_row
+from mmdcs.analysis.peer_benchmark import import_torch_pruning, peer_benchmark
 from mmdcs.selection.budget import BudgetError
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
 from .launch import UserError
@@ -189,3 +190,62 @@ def latency_target_rows(models: Sequence[str], target: float,
                          f'{row["flops_ratio"]:.3f}, '
                          f'params {row["params_ratio"]:.3f} ({row["seconds"]:.0f} s)')
     return rows
+
+
+def peer_benchmark_results(models: Sequence[str], target: float = 0.7,
+                           tables: Optional[str] = None, force: bool = False,
+                           threads: int = 1, input_size=None, select_hidden='all',
+                           variant: Optional[str] = None,
+                           progress: Optional[Callable[[str], None]] = print,
+                           **options) -> list:
+    """:func:`mmdcs.analysis.peer_benchmark.peer_benchmark` of every model (CPU, batch 1), the
+    latency tables read from (or measured and written to) ``tables`` as
+    :func:`latency_target_rows` keeps them (the same file names: a table one tool built, the
+    other reads). torch-pruning or timm not installed, an arch without a timm model, a corrupt
+    table, a target the table cannot meet: one :class:`UserError` line, before anything is
+    measured where it can be known before."""
+    try:
+        import_torch_pruning()
+        import timm  # noqa: F401  # lazy import: the peer is applied to timm's models
+    except ImportError as e:
+        raise UserError(str(e).splitlines()[0]) from e
+    for arch in models:
+        try:
+            cls = backbone_class(arch)
+        except ValueError as e:
+            raise UserError(str(e)) from e
+        if not (cls.timm_models or {}).get(arch):
+            raise UserError(f'{arch}: no timm model to apply Torch-Pruning to (archs with one: '
+                            f'{", ".join(sorted(cls.timm_models or {})) or "none"})')
+    if tables is not None:
+        if osp.exists(tables) and not osp.isdir(tables):
+            raise UserError(f'--tables {tables}: not a directory')
+        os.makedirs(tables, exist_ok=True)
+    results = []
+    for arch in models:
+        var = variant or PAPER_VARIANT[backbone_class(arch).family]
+        size = _size(input_size, arch)
+        path = table = None
+        if tables is not None:
+            path = osp.join(tables, table_file_name(arch, var, size, 1, threads, 'cpu', 'fp32',
+                                                    select_hidden))
+            if osp.exists(path) and not force:
+                try:
+                    table = load_table(path)
+                except LatencyTableError as e:
+                    msg = str(e)
+                    raise UserError(msg if path in msg else f'{path}: {msg}') from e
+                if progress:
+                    progress(f'{arch}: table {path}')
+        try:
+            res = peer_benchmark(arch, target, table=table, input_size=size,
+                                 select_hidden=select_hidden, variant=var, threads=threads,
+                                 progress=progress, on_table=None if path is None
+                                 else lambda t, p=path: write_json(p, t, force=True), **options)
+        except BudgetError as e:
+            raise UserError(f'{arch}: {e}') from e
+        except LatencyTableError as e:
+            raise UserError(f'{path}: {e}') from e
+        res['table_file'] = path
+        results.append(res)
+    return results

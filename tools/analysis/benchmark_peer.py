@@ -1,0 +1,111 @@
+"""mmdcs at a latency target side by side with Torch-Pruning at the same FLOPs (issue 23;
+docs/benchmarks.md *Side by side with Torch-Pruning*).
+
+Per model, in one process: mmdcs's budget subnet at --target-latency (the paper's variant with
+hidden-unit selection, its latency table read from --tables DIR or measured there), and timm's
+model of the same arch pruned by Torch-Pruning's MagnitudePruner (MLP / inverted-bottleneck
+hidden units only, and hidden units + whole heads where the model has them; --round-to 8) to
+the FLOPs ratio mmdcs's subnet reached (within --tol); all timed interleaved against their
+baselines, CPU, batch 1, --threads 1, medians of --repeats rounds, wall clock and thread CPU
+time. torch-pruning is an optional extra (pip install torch-pruning==1.6.1, or
+pip install -e ".[bench]"):
+
+    python tools/analysis/benchmark_peer.py [--models vit-s16 swin-t efficientvit-b1]
+        [--target-latency 0.7] [--tables DIR] [--select-hidden all|true]
+        [--peers hidden hidden+heads] [--repeats 21] [--out table.md] [--json rows.json]
+"""
+import json
+import os.path as osp
+import sys
+import time
+
+try:
+    import mmdcs  # noqa: F401
+except ImportError:  # run from a checkout without `pip install -e .`
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+
+from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int, positive_size,
+                               unit_ratio, user_errors)
+from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
+                                write_texts)
+
+DEFAULT_MODELS = ('vit-s16', 'swin-t', 'efficientvit-b1')
+
+
+def parse_args(argv=None):
+    p = ToolParser(description='mmdcs at a latency target vs Torch-Pruning at the same FLOPs')
+    p.add_argument('--models', nargs='+', default=list(DEFAULT_MODELS),
+                   help=f'archs with a timm model (default: {" ".join(DEFAULT_MODELS)})')
+    p.add_argument('--target-latency', type=unit_ratio, default=0.7, metavar='R',
+                   help="mmdcs's latency target, predicted by its table (default 0.7)")
+    p.add_argument('--tables', metavar='DIR', default=None,
+                   help='read the latency tables from DIR (measured and written there when '
+                        'missing; the files tools/analysis/latency.py --target-latency keeps)')
+    p.add_argument('--select-hidden', choices=('all', 'true'), default='all',
+                   help="mmdcs's hidden-unit selection (default all: every MLP's and inverted "
+                        "bottleneck's hidden units)")
+    p.add_argument('--peers', nargs='+', choices=('hidden', 'hidden+heads'),
+                   default=['hidden', 'hidden+heads'], help="Torch-Pruning's rows")
+    p.add_argument('--round-to', type=positive_int, default=8,
+                   help="Torch-Pruning's round_to (default 8, as mmdcs's groups of 8)")
+    p.add_argument('--tol', type=unit_ratio, default=0.01,
+                   help='relative tolerance of the FLOPs match (default 0.01)')
+    p.add_argument('--size', type=positive_size, default=None,
+                   help="input size (default: each model's nominal size)")
+    p.add_argument('--threads', type=positive_int, default=1,
+                   help='CPU intra-op threads (default 1; thread CPU time only with 1)')
+    p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
+    p.add_argument('--warmup', type=non_negative_int, default=3)
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--system-malloc', action='store_true',
+                   help="leave glibc's allocator as it is (default: keep freed memory, as "
+                        'tools/analysis/latency.py)')
+    p.add_argument('--out', help='also write the markdown table here')
+    p.add_argument('--json', help='also write the rows as JSON here')
+    add_force_argument(p)
+    args = p.parse_args(argv)
+    args.select_hidden = True if args.select_hidden == 'true' else 'all'
+    return args
+
+
+def run(args):
+    from mmdcs.analysis.latency import environment_note, keep_freed_memory
+    from mmdcs.analysis.peer_benchmark import format_peer_benchmark
+    from mmdcs.apis.latency_io import peer_benchmark_results
+    if not args.system_malloc:
+        keep_freed_memory()
+    t0 = time.perf_counter()
+    results = peer_benchmark_results(
+        args.models, args.target_latency, args.tables, args.force, threads=args.threads,
+        input_size=args.size, select_hidden=args.select_hidden, peers=args.peers,
+        round_to=args.round_to, tol=args.tol, repeats=args.repeats, warmup=args.warmup,
+        seed=args.seed, progress=lambda line: print(line, flush=True))
+    rows = [r for res in results for r in res['rows']]
+    text = format_peer_benchmark(rows)
+    skipped = [f'{res["rows"][0]["model"]}: Torch-Pruning {k}: {v}'
+               for res in results for k, v in res['skipped'].items()]
+    if skipped:
+        text += '\n\nNo row: ' + '; '.join(skipped) + '.'
+    text += ('\n\n' + environment_note() + f' Each ratio against its own baseline (mmdcs\'s '
+             'backbone; timm\'s forward_features), all models of a row\'s arch timed in one run, '
+             f'{args.repeats} interleaved rounds, medians; FLOPs: mmengine multiply-accumulates '
+             'with the attention products, one counter for both.')
+    print('\n' + text)
+    print(f'\n({len(rows)} rows in {time.perf_counter() - t0:.0f} s)')
+    kept = [{k: v for k, v in res.items() if k != 'table'} for res in results]
+    write_texts({args.out: text + '\n',
+                 args.json: json.dumps(dict(results=kept), indent=1) + '\n'}, args.force)
+    return results
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    with user_errors():
+        check_output_file(args.out, '--out')
+        check_output_file(args.json, '--json')
+        refuse_overwrite([args.out, args.json], args.force)
+        return run(args)
+
+
+if __name__ == '__main__':
+    main()
