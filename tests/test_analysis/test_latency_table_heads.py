@@ -1,0 +1,132 @@
+"""The latency table of a select_heads supernet with a synthetic timer (no timing assertions):
+every head-selected attention a unit timed over its head counts, the block around it timed whole
+with the attention's time subtracted for its MLP unit, the exact synthetic entries, validation,
+and the export's joint ranking of channels, hidden units and heads on a predicted latency
+budget."""
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mmdcs.analysis.latency_table import (build_table, head_grid, nested_modules,
+                                          pruned_copy, random_widths, timed_modules, validate,
+                                          width_grid)
+from mmdcs.models.backbones.vit import ViT
+from mmdcs.selection import DCSAttention
+from mmdcs.selection.budget import (CHANNELS, HEADS, HIDDEN, budget_subnet,
+                                    head_magnitude_scores, hidden_magnitude_scores,
+                                    magnitude_scores)
+from mmdcs.selection.latency_cost import LatencyCost
+from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
+from test_latency_table import A0, C, f_mlp, synthetic_ms  # noqa: E402
+
+
+def f_attn(a):
+    """Synthetic ms of an attention with ``a`` heads (a head costs about 20 channels)."""
+    return 0.02 + 0.3 * a + 0.01 * a * a
+
+
+#: ms of the baseline network (about the supernet's at full width: 2 + 12 · 4.585)
+BH = 58.
+
+
+def heads_ms(module: nn.Module) -> float:
+    """synthetic_ms plus every attention's time; the baseline network: BH."""
+    if getattr(module, 'variant', None) == 'baseline':
+        return BH
+    return synthetic_ms(module) + sum(f_attn(m.num_heads) for m in module.modules()
+                      if isinstance(m, DCSAttention))
+
+
+def heads_timer(fn, module):
+    return heads_ms(module) / 1e3
+
+
+def _vit():
+    sup = ViT('deit-tiny', variant='kcr', img_size=32, select_hidden=True,
+              select_heads=True).eval()
+    base = ViT('deit-tiny', variant='baseline', img_size=32).eval()
+    return sup, base
+
+
+def test_head_grid():
+    assert head_grid(3) == [1, 2, 3]
+    assert head_grid(12) == list(range(1, 13))
+    assert head_grid(32) == list(range(1, 17)) + [20, 25, 31, 32]
+    assert head_grid(1) == [1]
+
+
+def test_the_block_around_an_attention_is_timed_whole_minus_it():
+    sup, _ = _vit()
+    net = pruned_copy(sup, {}, torch.device('cpu'), torch.float32)
+    units = [f'blocks.{i}.mlp' for i in range(12)] + [f'blocks.{i}.attn' for i in range(12)]
+    blocks = timed_modules(net, units, torch.zeros(1, 3, 32, 32))
+    assert blocks['blocks.3.attn'] == 'blocks.3.attn'
+    assert blocks['blocks.3.mlp'] == 'blocks.3'
+    nested = nested_modules(blocks)
+    assert nested['blocks.3.mlp'] == ['blocks.3.attn'] and nested['blocks.3.attn'] == []
+    # at a head count, the pruned copy's attentions are narrower
+    net = pruned_copy(sup, {(HEADS, 'blocks.0.attn'): 1}, torch.device('cpu'), torch.float32)
+    assert net.blocks[0].attn.num_heads == 1 and net.blocks[1].attn.num_heads == 3
+
+
+def test_builder_records_head_units_and_the_exact_synthetic_costs():
+    sup, base = _vit()
+    table = build_table(sup, base, (32, 32), rounds=2, warmup=0, multiple_of=64,
+                        timer=heads_timer)
+    assert table['format'] == 'mmdcs.latency_table/2'
+    assert table['selection']['select_heads'] is True
+    assert table['baseline_ms'] == BH
+    assert_close_scaled(table['const_ms'], C, 1e-9)
+    heads = [u for u in table['units'] if 'heads' in u]
+    mlps = [u for u in table['units'] if 'heads' not in u]
+    assert len(heads) == 12 and len(mlps) == 12
+    for u in heads:
+        assert u['timed'] == u['path'] and u['grid_heads'] == [1, 2, 3] and u['heads'] == 3
+        for a, t in zip(u['grid_heads'], u['ms']):
+            assert_close_scaled(t, f_attn(a), 1e-9)
+    for u in mlps:
+        assert u['timed'] == u['path'].rsplit('.', 1)[0]
+        assert u['minus'] == [u['timed'] + '.attn']
+        assert u['grid_channels'] == width_grid(192, 64)
+        for i, d in enumerate(u['grid_channels']):
+            for j, h in enumerate(u['grid_hidden']):
+                assert_close_scaled(u['ms'][i][j], A0 + f_mlp(d, h), 1e-9)
+    # the predictor at random widths and head counts: the synthetic network's time
+    cost = LatencyCost.from_table(table, sup)
+    assert cost.head_dims == {f'blocks.{i}.attn': 3 for i in range(12)}
+    rng = random.Random(0)
+    for _ in range(5):
+        widths = random_widths(cost, rng, 8)
+        net = pruned_copy(sup, widths, torch.device('cpu'), torch.float32)
+        assert_close_scaled(cost.count(widths), heads_ms(net), 1e-9)
+    v = validate(table, sup, base, k=4, rounds=1, warmup=0, timer=heads_timer)
+    assert v['mean_abs_error'] < 1e-9
+    assert any(r['kept_heads'] < 36 for r in v['rows'])  # heads were varied
+
+
+@pytest.mark.parametrize('target', [0.8, 0.6])
+def test_the_export_ranks_heads_on_a_predicted_latency_budget(target):
+    """budget_subnet on the table's cost with head scores: channels, hidden units and heads
+    ranked jointly per unit of predicted latency, within ±1 % of the baseline below the
+    target; the built network's synthetic time is the predicted one."""
+    sup, base = _vit()
+    table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=64,
+                        timer=heads_timer)
+    cost = LatencyCost.from_table(table, sup)
+    torch.manual_seed(0)
+    spec = budget_subnet(sup, 'vit', 'deit-tiny', 'kcr', magnitude_scores(sup), cost, target,
+                         multiple_of=8, hidden_scores=hidden_magnitude_scores(sup),
+                         head_scores=head_magnitude_scores(sup), normalize='mean')
+    b = spec.meta['budget']
+    assert b['resource'] == 'latency' and b['ranked'] == 'channels and hidden units and heads'
+    assert target - 0.01 <= b['achieved_ratio'] <= target + 1e-12
+    assert len(spec.heads) == 12 and sum(h.kept for h in spec.heads) < 36  # heads pruned
+    widths = {(CHANNELS, blk.name): blk.kept for blk in spec.blocks}
+    widths.update({(HIDDEN, h.name): h.kept for h in spec.hidden})
+    widths.update({(HEADS, h.name): h.kept for h in spec.heads})
+    assert all(w % 8 == 0 for (kind, _), w in widths.items() if kind != HEADS)
+    assert_close_scaled(cost.count(widths), b['achieved'], 1e-12)
+    built = ViT('deit-tiny', img_size=32, subnet=spec.to_dict()).eval()
+    assert_close_scaled(cost.count(widths), heads_ms(built), 1e-9)
