@@ -130,3 +130,53 @@ def test_the_export_ranks_heads_on_a_predicted_latency_budget(target):
     assert_close_scaled(cost.count(widths), b['achieved'], 1e-12)
     built = ViT('deit-tiny', img_size=32, subnet=spec.to_dict()).eval()
     assert_close_scaled(cost.count(widths), heads_ms(built), 1e-9)
+
+
+@pytest.mark.parametrize('method', ['alpha', 'magnitude'])
+def test_export_api_to_a_latency_target_with_heads(tmp_path, method):
+    """mmdcs.apis.export.export_subnet on a select_heads config with --target-latency and a
+    table with head units (synthetic, of the config's supernet): the heads are ranked with the
+    channels per unit of predicted latency, the subnet (format 3) lists the kept heads, and the
+    predicted ratio of what was written is within ±1 % of the baseline below the target."""
+    import json
+
+    import mmpretrain.utils
+    from mmengine.config import Config
+
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.apis.subnet_io import build_model
+    from _resource_costs import synthetic_latency_table  # noqa: E402
+    mmpretrain.utils.register_all_modules(init_default_scope=False)
+    path = str(tmp_path / 'heads.py')
+    with open(path, 'w') as f:
+        f.write("default_scope = 'mmpretrain'\nmodel = dict(type='ImageClassifier', "
+                "backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='dcs', img_size=32, "
+                "select_heads=True), neck=None, head=dict(type='LinearClsHead', "
+                "num_classes=10, in_channels=192))\n")
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(path).model, 'mmpretrain')
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith('alpha'):
+                p.copy_(torch.randn(p.shape, generator=g).abs() + 0.1)
+    ckpt = str(tmp_path / 'heads.pth')
+    torch.save({'state_dict': model.state_dict()}, ckpt)
+    table = synthetic_latency_table(model.backbone, [32, 32])
+    table_path = str(tmp_path / 'table.json')
+    with open(table_path, 'w') as f:
+        json.dump(table, f)
+    res = export_subnet(path, ckpt, str(tmp_path / 'out'), method=method,
+                        target=('latency', 0.7), cost_options=dict(latency_table=table_path),
+                        multiple_of=8, measure=False)
+    with open(res.subnet) as f:
+        data = json.load(f)
+    b = data['meta']['budget']
+    assert data['format'] == 'mmdcs.subnet/3' and len(data['heads']) == 12
+    assert b['resource'] == 'latency' and b['ranked'].endswith('and heads')
+    assert sum(h['kept'] for h in data['heads']) < 36
+    assert 0.69 <= b['achieved_ratio'] <= 0.7 + 1e-12
+    cost = LatencyCost.from_file(table_path, model.backbone)
+    widths = {(CHANNELS, blk['name']): blk['kept'] for blk in data['blocks']}
+    widths.update({(HEADS, h['name']): h['kept'] for h in data['heads']})
+    assert_close_scaled(cost.ratio(cost.count(widths)), b['achieved_ratio'], 1e-9)
