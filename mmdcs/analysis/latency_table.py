@@ -351,6 +351,13 @@ def _grid_points(units: Dict[str, dict]) -> int:
                if 'heads' not in u else len(u['grid_heads']) for u in units.values())
 
 
+def _unit_points(u: dict) -> int:
+    if 'heads' in u:
+        return len(u['grid_heads'])
+    return len(u['grid_channels'] or [0]) * len(u['grid_hidden'] or [0]) if (
+        u['grid_channels'] and u['grid_hidden']) else len(u['grid_channels'] or u['grid_hidden'])
+
+
 def _point(u: dict, k: int) -> Tuple[Dict[Tuple[str, str], int], Tuple[int, ...]]:
     """(unit → width, table index) of unit ``u`` at grid point ``k`` (a unit with fewer
     points stays at its last one)."""
@@ -370,11 +377,44 @@ def _point(u: dict, k: int) -> Tuple[Dict[Tuple[str, str], int], Tuple[int, ...]
     return {(HIDDEN, p): gh[j]}, (j, )
 
 
+def _structure(net: nn.Module, path: str) -> tuple:
+    """What the time of module ``path`` depends on besides its input: every submodule's class,
+    parameter and buffer shapes and plain attributes (a shifted window, a stride)."""
+    out = []
+    for name, m in net.get_submodule(path).named_modules():
+        attrs = sorted((k, repr(v)) for k, v in vars(m).items()
+                       if not k.startswith('_') and k != 'training'
+                       and isinstance(v, (int, float, bool, str, tuple, type(None))))
+        tensors = [(k, tuple(t.shape), str(t.dtype)) for k, t in
+                   list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
+                   if t is not None]
+        out.append((name, type(m).__name__, tuple(attrs), tuple(tensors)))
+    return tuple(out)
+
+
+def _signature(net: nn.Module, u: dict, cap: Dict[str, tuple]) -> str:
+    """Units with the same signature are the same computation on the same input shape (the 12
+    blocks of a ViT; a Swin stage's blocks of one shift): their times differ by noise only."""
+    def shapes(v):
+        if isinstance(v, torch.Tensor):
+            return tuple(v.shape)
+        if isinstance(v, (tuple, list)):
+            return tuple(shapes(i) for i in v)
+        return repr(v)
+    mod, args, kwargs, calls = cap[u['timed']]
+    return repr((u.get('channels'), u.get('hidden'), u.get('heads'), u.get('grid_channels'),
+                 u.get('grid_hidden'), u.get('grid_heads'), calls, shapes(args),
+                 sorted((k, shapes(v)) for k, v in kwargs.items()),
+                 _structure(net, u['timed']), [_structure(net, e) for e in u['extra']],
+                 [_structure(net, m) for m in u.get('minus', ())]))
+
+
 def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[int],
                 batch: int = 1, threads: Optional[int] = None, dtype: str = 'fp32',
                 device: str = 'cpu', rounds: int = 5, warmup: int = 1, multiple_of: int = 8,
                 timer: Optional[Timer] = None, seed: int = 0,
-                progress: Optional[Callable[[str], None]] = None) -> dict:
+                progress: Optional[Callable[[str], None]] = None, rotate: bool = True,
+                pool: bool = True) -> dict:
     """Measure the latency table of ``backbone`` (an mmdcs supernet) on this device (see the
     module docs).
 
@@ -389,6 +429,15 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
         multiple_of: grid step (:func:`width_grid`).
         timer: ``timer(fn, module)`` → seconds per call (default :class:`WallTimer`).
         progress: called with a progress line per grid point.
+        rotate: each unit starts its grid at another point (spread over its grid), so that the
+            units of one pruned network are at different widths and the error a grid point's
+            rounds share (the load of that moment, the baseline it is scaled by) falls on
+            different widths of different units (False: every unit at its k-th point, a unit
+            with fewer points staying at its last; the tables of format 1). A unit with fewer
+            points than the longest grid goes round its own again; its entries are the medians
+            of its visits.
+        pool: units of the same signature (:func:`_signature`: the same computation on the same
+            input shape) share their entries: the median over them at each width.
 
     Returns:
         the table (a JSON-able dict, ``LatencyCost(table)`` predicts from it).
@@ -439,17 +488,24 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                 u['minus'] = nested[u['path']]  # the other units' modules inside it
             u['extra'] = sorted({e for key in ((CHANNELS, u['path']), (HIDDEN, u['path']))
                                  for e in extras.get(key, [])})
+        signature = {}
+        if pool:
+            cap = _capture(full, list(dict.fromkeys(u['timed'] for u in units.values())), x)
+            signature = {p: _signature(full, u, cap) for p, u in units.items()}
+            del cap
         # baseline and the full-width pruned network, interleaved
         base = baseline.to(dev, tdtype).eval()
         ends = _rounds({'baseline': (lambda: base(x), base), 'full': (lambda: full(x), full)},
                        rounds, warmup, timer)
         del full
         n_points = _grid_points(units)
+        shift = {p: (r * _unit_points(u)) // len(units) if rotate else 0
+                 for r, (p, u) in enumerate(units.items())}
         points = []  # (baseline ms beside it, {path: (index, ms, spread)}, rest ms)
         for k in range(n_points):
             widths, index = {}, {}
             for p, u in units.items():
-                w, idx = _point(u, k)
+                w, idx = _point(u, (k + shift[p]) % _unit_points(u) if rotate else k)
                 widths.update(w)
                 index[p] = idx
             net = pruned_copy(backbone, widths, dev, tdtype)
@@ -480,15 +536,28 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
     baseline_ms = statistics.median(p[0] for p in points)
     rest: List[float] = []
     spreads: List[float] = []
+    visits: Dict[str, Dict[Tuple[int, ...], List[float]]] = {p: {} for p in units}
     for base_k, entries, rest_k in points:
         scale = baseline_ms / base_k if base_k > 0 else 1.
         rest.append(rest_k * scale)
         for p, (idx, t, spread) in entries.items():
-            u = units[p]
-            slot = u['ms'][idx[0]] if len(idx) == 2 else u['ms']
-            if slot[idx[-1]] is None:
-                slot[idx[-1]] = t * scale
-                spreads.append(spread)
+            if not rotate and idx in visits[p]:
+                continue  # a unit held at its last point: its first visit, as format 1
+            visits[p].setdefault(idx, []).append(t * scale)
+            spreads.append(spread)
+    groups: Dict[str, List[str]] = {}
+    for p in units:
+        groups.setdefault(signature.get(p, p), []).append(p)
+    for members in groups.values():
+        for idx in visits[members[0]]:
+            # the median of every visit of every unit of the group at this width
+            t = statistics.median([v for p in members for v in visits[p][idx]])
+            for p in members:
+                slot = units[p]['ms'][idx[0]] if len(idx) == 2 else units[p]['ms']
+                slot[idx[-1]] = t
+        if len(members) > 1:
+            for p in members:
+                units[p]['pooled'] = len(members)
     const = statistics.median(rest)
     start_base = statistics.median(ends['baseline'])
     base_ks = [p[0] for p in points]
@@ -513,7 +582,8 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                  'baseline_ms_min/max: those baselines (the drift of the machine); spread = '
                  '(max - min) / median of a module\'s rounds; const_ms_min/max: the network '
                  'minus its units over the grid points'),
-        grid_points=n_points, build_s=time.perf_counter() - started,
+        grid_points=n_points, grid_order='rotated' if rotate else 'aligned',
+        pooled=bool(pool), build_s=time.perf_counter() - started,
         created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), validation=None)
     LatencyCost(table)  # what was written can be read back
     return table
