@@ -377,14 +377,24 @@ def _point(u: dict, k: int) -> Tuple[Dict[Tuple[str, str], int], Tuple[int, ...]
     return {(HIDDEN, p): gh[j]}, (j, )
 
 
+#: layers that compute nothing in eval (dropout, stochastic depth): one kind in a signature, so
+#: that blocks whose only difference is their drop-path rate are pooled
+_NO_OPS = (nn.Identity, nn.Dropout)
+
+
 def _structure(net: nn.Module, path: str) -> tuple:
     """What the time of module ``path`` depends on besides its input: every submodule's class,
-    parameter and buffer shapes and plain attributes (a shifted window, a stride)."""
+    parameter and buffer shapes and plain integer, boolean, string or tuple attributes (a
+    shifted window, a stride; not floats: an eps, a scale or a drop rate changes no time).
+    Dropout, stochastic depth and identities are one kind (eval)."""
     out = []
     for name, m in net.get_submodule(path).named_modules():
+        if isinstance(m, _NO_OPS) or type(m).__name__ == 'DropPath':
+            out.append((name, 'no-op'))
+            continue
         attrs = sorted((k, repr(v)) for k, v in vars(m).items()
                        if not k.startswith('_') and k != 'training'
-                       and isinstance(v, (int, float, bool, str, tuple, type(None))))
+                       and isinstance(v, (int, bool, str, tuple, type(None))))
         tensors = [(k, tuple(t.shape), str(t.dtype)) for k, t in
                    list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
                    if t is not None]

@@ -231,3 +231,27 @@ def test_rotated_pooled_grid_spreads_the_error_a_grid_point_shares(monkeypatch):
                                    - clean.const)) for w in grid)
     assert worst[False] > 0.3  # about 12 x 0.05 ms: one grid point's error, 12 times
     assert worst[True] < 0.25 * worst[False], worst  # 1.11 -> 0.13 ms with these errors
+
+
+def test_pooled_signatures():
+    """ViT blocks that differ only in their drop-path rate are one signature; MobileViT's last
+    transformer layer of a stage (it feeds the projection conv) is not pooled with the others;
+    a stride or another input shape is another signature."""
+    import importlib
+    lt = importlib.import_module('mmdcs.analysis.latency_table')
+    from mmdcs.models.backbones.mobilevit import MobileViT
+    sup = ViT('deit-tiny', variant='kcr', img_size=32, drop_path_rate=0.1).eval()
+    base = ViT('deit-tiny', variant='baseline', img_size=32).eval()
+    table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=96,
+                        timer=lambda f, m: synthetic_ms(m) / 1e3)
+    assert all(u['pooled'] == 12 for u in table['units'])
+    mv = MobileViT('mobilevit-xs', variant='dcs', select_hidden='all').eval()
+    table = build_table(mv, MobileViT('mobilevit-xs', variant='baseline').eval(), (64, 64),
+                        rounds=1, warmup=0, multiple_of=64,
+                        timer=lambda f, m: synthetic_ms(m) / 1e3)
+    pooled = {u['path']: u.get('pooled') for u in table['units']}
+    assert pooled['stages.3.1.transformer.0.mlp'] == 3  # layers 0-2 of a stage of 4
+    assert pooled['stages.3.1.transformer.3.mlp'] is None  # feeds conv_proj
+    assert pooled['stages.1.1'] == pooled['stages.1.2'] == 2  # two stride-1 bottlenecks
+    assert pooled['stages.1.0'] is None  # strided
+    assert lt._structure(mv, 'stages.1.0') != lt._structure(mv, 'stages.1.1')
