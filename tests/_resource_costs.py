@@ -98,8 +98,9 @@ def synthetic_latency_table(backbone, input_shape, baseline_ms=None, const_ms=2.
     """A latency table (the format of mmdcs.analysis.latency_table, made up rather than timed)
     for an mmdcs supernet backbone: every prunable block and hidden-selected module a unit on a
     grid of multiples of 8, its time non-linear in the widths (a GEMM's time: a fixed part plus
-    a part in D̃·H̃, with a penalty for widths that are not multiples of 32)."""
-    from mmdcs.selection import hidden_selectors, prunable_modules
+    a part in D̃·H̃, with a penalty for widths that are not multiples of 32); with
+    ``select_heads`` every head-selected attention a unit over its head counts."""
+    from mmdcs.selection import head_selectors, hidden_selectors, prunable_modules
     from mmdcs.selection.latency_cost import LATENCY_TABLE_FORMAT, selection_options
 
     def grid(n):
@@ -125,8 +126,14 @@ def synthetic_latency_table(backbone, input_shape, baseline_ms=None, const_ms=2.
         if k not in dims:
             units.append(dict(path=k, channels=None, hidden=h, grid_hidden=grid(h),
                               ms=[t(64, y, i) for y in grid(h)]))
-    full = const_ms + sum(u['ms'][-1][-1] if u['channels'] and u['hidden'] else u['ms'][-1]
-                          for u in units)
+    # head-selected attentions (select_heads): every head count, a fixed part and a part per
+    # head, larger than a group of channels' (as measured: a head is d channels of q, k, v)
+    for i, (k, a) in enumerate(head_selectors(backbone).items()):
+        units.append(dict(path=k, heads=int(a.dim), grid_heads=list(range(1, a.dim + 1)),
+                          ms=[0.03 + 0.02 * (1 + 0.1 * (i % 3)) * n
+                              for n in range(1, a.dim + 1)]))
+    full = const_ms + sum(u['ms'][-1][-1] if u.get('channels') and u.get('hidden')
+                          else u['ms'][-1] for u in units)
     table = dict(format=LATENCY_TABLE_FORMAT, arch=backbone.arch, variant=backbone.variant,
                  selection=selection_options(backbone), input_shape=list(input_shape), batch=1,
                  threads=1, dtype='fp32', device='cpu', device_name='Synthetic CPU',

@@ -11,6 +11,12 @@ What is measured (:func:`build_table`):
   in the real network** at those widths (captured with a forward pre-hook: same input size,
   same neighbours), plus every layer outside it that reads the unit's kept channels
   (MobileViT's projection conv after the last transformer layer of a block);
+* with ``select_heads``, every head-selected **attention** is a unit of its own (its time as a
+  function of its kept heads, on :func:`head_grid`: every count up to 16), timed the same way
+  (the attention module re-run on its real input inside the pruned network); the module of a
+  unit that holds such an attention (a ViT block around its MLP) is timed whole and the
+  attention's time subtracted (:func:`nested_modules`), so the block's other operations stay
+  with its MLP unit as without heads;
 * on a **grid** of widths per unit: multiples of 8 (``multiple_of``) from 8 up, the step
   growing with the width (about half of it: 8, 16, 24, 32, 48, 72, 104, 152, 224, 336, 504, …,
   and the full width): fine where a narrow GEMM's fixed costs and kernel changes bend the
@@ -30,12 +36,11 @@ grid point (the order reversed every other round), medians per module. Times are
 per call of the batch. Threads are fixed with ``torch.set_num_threads`` for the whole build.
 
 :func:`validate` measures random subnets end to end against the baseline (interleaved, medians)
-and compares their latency ratio with the prediction; :func:`load_table` reads a table file
-(JSON only: nothing in it runs) and refuses a corrupt, truncated or malformed one in one line.
+and compares their latency ratio with the prediction; :func:`load_table` (the one reader,
+:func:`mmdcs.selection.latency_cost.read_table`) reads a table file (JSON only: nothing in it
+runs) and refuses a corrupt, truncated or malformed one in one line.
 """
 import copy
-import json
-import os
 import platform
 import random
 import statistics
@@ -47,17 +52,14 @@ import torch.nn as nn
 
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
-from mmdcs.selection.budget import CHANNELS, HIDDEN
-from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, LatencyTableError,
+from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN
+from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, read_table,
                                           selection_options)
-from mmdcs.selection.subnet import hidden_selectors, prunable_modules
+from mmdcs.selection.subnet import head_selectors, hidden_selectors, prunable_modules
 from .latency import _ALLOCATOR, num_threads
 
 Timer = Callable[[Callable[[], object], nn.Module], float]
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
-#: keys every table file has (besides what LatencyCost checks)
-REQUIRED_KEYS = ('arch', 'variant', 'selection', 'input_shape', 'batch', 'threads', 'dtype',
-                 'device', 'device_name', 'torch')
 
 
 #: the clocks a :class:`WallTimer` reads: wall time, or the calling thread's CPU time
@@ -119,6 +121,17 @@ def width_grid(dim: int, multiple_of: int = 8) -> List[int]:
     return out + [int(dim)]
 
 
+def head_grid(heads: int, every: int = 16) -> List[int]:
+    """The head counts an attention of ``heads`` heads is measured at: every count from 1 up to
+    ``every``, then a step of about a quarter of the count reached, and ``heads`` itself."""
+    out = list(range(1, min(int(heads), every) + 1))
+    w = out[-1]
+    while w < heads:
+        w = min(int(heads), w + max(1, w // 4))
+        out.append(w)
+    return out
+
+
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU model (``/proc/cpuinfo``, else ``platform.processor()``)."""
     device = torch.device(device)
@@ -144,21 +157,31 @@ def _units(backbone: nn.Module) -> Tuple[Dict[str, int], Dict[str, int]]:
     return dims, hdims
 
 
-def _spec(backbone, dims, hdims, widths: Dict[Tuple[str, str], int]) -> SubnetSpec:
+def _head_units(backbone: nn.Module) -> Dict[str, int]:
+    """Head-selected attention path → its number of heads (``select_heads``)."""
+    return {k: int(s.dim) for k, s in head_selectors(backbone).items()}
+
+
+def _spec(backbone, dims, hdims, widths: Dict[Tuple[str, str], int],
+          adims: Optional[Dict[str, int]] = None) -> SubnetSpec:
     blocks = [BlockSelection(n, d, list(range(int(widths.get((CHANNELS, n), d)))))
               for n, d in dims.items()]
     hidden = [BlockSelection(k, h, list(range(int(widths.get((HIDDEN, k), h)))))
               for k, h in hdims.items()]
-    return SubnetSpec(backbone.family, backbone.arch, backbone.variant, blocks, {}, hidden)
+    heads = [BlockSelection(k, a, list(range(int(widths.get((HEADS, k), a)))))
+             for k, a in (adims or {}).items()]
+    return SubnetSpec(backbone.family, backbone.arch, backbone.variant, blocks, {}, hidden,
+                      heads)
 
 
 def pruned_copy(backbone: nn.Module, widths: Dict[Tuple[str, str], int],
                 device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """The pruned network of ``backbone`` (a supernet) at ``widths`` (the first channels of
-    every unit kept; which ones does not change the time), eval mode, on ``device``."""
+    """The pruned network of ``backbone`` (a supernet) at ``widths`` (the first channels, hidden
+    units and heads of every unit kept; which ones does not change the time), eval mode, on
+    ``device``."""
     dims, hdims = _units(backbone)
     net = copy.deepcopy(backbone)
-    apply_subnet_(net, _spec(backbone, dims, hdims, widths))
+    apply_subnet_(net, _spec(backbone, dims, hdims, widths, _head_units(backbone)))
     return net.to(device=device, dtype=dtype).eval()
 
 
@@ -187,20 +210,48 @@ def _ancestors(path: str) -> List[str]:
 def timed_modules(net: nn.Module, unit_paths: Sequence[str], x: torch.Tensor) -> Dict[str, str]:
     """unit path → the module timed for it: the unit's module or its closest ancestor that
     the forward calls on its own (a pruned MLP is run through its block's ``residual``) and
-    that holds no other unit."""
-    candidates = sorted({a for u in unit_paths for a in _ancestors(u)})
+    that holds no other unit; else (a ViT block around its MLP and its head-selected attention)
+    the closest ancestor called on its own in which every other unit has such a module of its
+    own, not around this one: those are timed too and subtracted (:func:`nested_modules`)."""
+    paths = list(dict.fromkeys(unit_paths))
+    candidates = sorted({a for u in paths for a in _ancestors(u)})
     calls = _called(net, candidates, x)
-    out = {}
-    for u in unit_paths:
+
+    def holds(a, v):
+        return v == a or v.startswith(a + '.')
+
+    alone = {}
+    for u in paths:
         for a in _ancestors(u):
-            if any(v != u and (v == a or v.startswith(a + '.')) for v in unit_paths):
+            if any(v != u and holds(a, v) for v in paths):
                 break
             if calls[a]:
+                alone[u] = a
+                break
+    out = dict(alone)
+    for u in paths:
+        if u in out:
+            continue
+        for a in _ancestors(u):
+            others = [v for v in paths if v != u and holds(a, v)]
+            if calls[a] and all(v in alone and holds(a, alone[v]) and not holds(alone[v], u)
+                                for v in others):
                 out[u] = a
                 break
         if u not in out:
             raise RuntimeError(f'internal: no module around unit {u} runs on its own and '
-                               'alone; its time cannot be measured')
+                               'apart from the other units; its time cannot be measured')
+    return out
+
+
+def nested_modules(blocks: Dict[str, str]) -> Dict[str, List[str]]:
+    """unit path → the timed modules of other units inside its timed module (their time is
+    subtracted from its own: a ViT block's time minus its head-selected attention's is its MLP
+    unit's)."""
+    out = {}
+    for u, a in blocks.items():
+        out[u] = sorted({b for v, b in blocks.items()
+                         if v != u and b != a and b.startswith(a + '.')})
     return out
 
 
@@ -296,30 +347,84 @@ def _spread(values: Sequence[float]) -> float:
 
 
 def _grid_points(units: Dict[str, dict]) -> int:
-    return max(len(u['grid_channels'] or [0]) * len(u['grid_hidden'] or [0])
-               for u in units.values())
+    return max(len(u.get('grid_channels') or [0]) * len(u.get('grid_hidden') or [0])
+               if 'heads' not in u else len(u['grid_heads']) for u in units.values())
 
 
-def _point(u: dict, k: int) -> Tuple[Optional[int], Optional[int], Tuple[int, ...]]:
-    """(channel width, hidden width, table index) of unit ``u`` at grid point ``k`` (a unit
-    with fewer points stays at its last one)."""
+def _unit_points(u: dict) -> int:
+    if 'heads' in u:
+        return len(u['grid_heads'])
+    return len(u['grid_channels'] or [0]) * len(u['grid_hidden'] or [0]) if (
+        u['grid_channels'] and u['grid_hidden']) else len(u['grid_channels'] or u['grid_hidden'])
+
+
+def _point(u: dict, k: int) -> Tuple[Dict[Tuple[str, str], int], Tuple[int, ...]]:
+    """(unit → width, table index) of unit ``u`` at grid point ``k`` (a unit with fewer
+    points stays at its last one)."""
+    p = u['path']
+    if 'heads' in u:
+        j = min(k, len(u['grid_heads']) - 1)
+        return {(HEADS, p): u['grid_heads'][j]}, (j, )
     gd, gh = u['grid_channels'], u['grid_hidden']
     if gd and gh:
         k = min(k, len(gd) * len(gh) - 1)
         i, j = divmod(k, len(gh))
-        return gd[i], gh[j], (i, j)
+        return {(CHANNELS, p): gd[i], (HIDDEN, p): gh[j]}, (i, j)
     if gd:
         i = min(k, len(gd) - 1)
-        return gd[i], None, (i, )
+        return {(CHANNELS, p): gd[i]}, (i, )
     j = min(k, len(gh) - 1)
-    return None, gh[j], (j, )
+    return {(HIDDEN, p): gh[j]}, (j, )
+
+
+#: layers that compute nothing in eval (dropout, stochastic depth): one kind in a signature, so
+#: that blocks whose only difference is their drop-path rate are pooled
+_NO_OPS = (nn.Identity, nn.Dropout)
+
+
+def _structure(net: nn.Module, path: str) -> tuple:
+    """What the time of module ``path`` depends on besides its input: every submodule's class,
+    parameter and buffer shapes and plain integer, boolean, string or tuple attributes (a
+    shifted window, a stride; not floats: an eps, a scale or a drop rate changes no time).
+    Dropout, stochastic depth and identities are one kind (eval)."""
+    out = []
+    for name, m in net.get_submodule(path).named_modules():
+        if isinstance(m, _NO_OPS) or type(m).__name__ == 'DropPath':
+            out.append((name, 'no-op'))
+            continue
+        attrs = sorted((k, repr(v)) for k, v in vars(m).items()
+                       if not k.startswith('_') and k != 'training'
+                       and isinstance(v, (int, bool, str, tuple, type(None))))
+        tensors = [(k, tuple(t.shape), str(t.dtype)) for k, t in
+                   list(m.named_parameters(recurse=False)) + list(m.named_buffers(recurse=False))
+                   if t is not None]
+        out.append((name, type(m).__name__, tuple(attrs), tuple(tensors)))
+    return tuple(out)
+
+
+def _signature(net: nn.Module, u: dict, cap: Dict[str, tuple]) -> str:
+    """Units with the same signature are the same computation on the same input shape (the 12
+    blocks of a ViT; a Swin stage's blocks of one shift): their times differ by noise only."""
+    def shapes(v):
+        if isinstance(v, torch.Tensor):
+            return tuple(v.shape)
+        if isinstance(v, (tuple, list)):
+            return tuple(shapes(i) for i in v)
+        return repr(v)
+    mod, args, kwargs, calls = cap[u['timed']]
+    return repr((u.get('channels'), u.get('hidden'), u.get('heads'), u.get('grid_channels'),
+                 u.get('grid_hidden'), u.get('grid_heads'), calls, shapes(args),
+                 sorted((k, shapes(v)) for k, v in kwargs.items()),
+                 _structure(net, u['timed']), [_structure(net, e) for e in u['extra']],
+                 [_structure(net, m) for m in u.get('minus', ())]))
 
 
 def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[int],
                 batch: int = 1, threads: Optional[int] = None, dtype: str = 'fp32',
                 device: str = 'cpu', rounds: int = 5, warmup: int = 1, multiple_of: int = 8,
                 timer: Optional[Timer] = None, seed: int = 0,
-                progress: Optional[Callable[[str], None]] = None) -> dict:
+                progress: Optional[Callable[[str], None]] = None, rotate: bool = True,
+                pool: bool = True) -> dict:
     """Measure the latency table of ``backbone`` (an mmdcs supernet) on this device (see the
     module docs).
 
@@ -334,6 +439,15 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
         multiple_of: grid step (:func:`width_grid`).
         timer: ``timer(fn, module)`` → seconds per call (default :class:`WallTimer`).
         progress: called with a progress line per grid point.
+        rotate: each unit starts its grid at another point (spread over its grid), so that the
+            units of one pruned network are at different widths and the error a grid point's
+            rounds share (the load of that moment, the baseline it is scaled by) falls on
+            different widths of different units (False: every unit at its k-th point, a unit
+            with fewer points staying at its last; the tables of format 1). A unit with fewer
+            points than the longest grid goes round its own again; its entries are the medians
+            of its visits.
+        pool: units of the same signature (:func:`_signature`: the same computation on the same
+            input shape) share their entries: the median over them at each width.
 
     Returns:
         the table (a JSON-able dict, ``LatencyCost(table)`` predicts from it).
@@ -349,6 +463,11 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
     timer = timer or WallTimer(device=dev, clock=clock)
     size = (int(input_size[0]), int(input_size[-1]))
     dims, hdims = _units(backbone)
+    adims = _head_units(backbone)
+    both = [k for k in adims if k in dims or k in hdims]
+    if both:
+        raise ValueError(f'{both[0]}: its heads and its channels are selected in one module; a '
+                         'latency table cannot time them apart')
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn((int(batch), in_ch) + size, generator=g).to(dev, tdtype)
@@ -362,31 +481,42 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
         u['ms'] = ([[None] * len(u['grid_hidden']) for _ in u['grid_channels']]
                    if u['grid_channels'] and u['grid_hidden']
                    else [None] * len(u['grid_channels'] or u['grid_hidden']))
+    # head-selected attentions: a unit each, timed at every head count (a few heads)
+    for k, a in adims.items():
+        grid = head_grid(a)
+        units[k] = dict(path=k, heads=a, grid_heads=grid, ms=[None] * len(grid))
     say = progress or (lambda line: None)
     with num_threads(threads):
         used_threads = torch.get_num_threads()
         full = pruned_copy(backbone, {}, dev, tdtype)
-        blocks = timed_modules(full, paths, x)
+        blocks = timed_modules(full, list(units), x)
+        nested = nested_modules(blocks)
         extras = extra_modules(backbone, blocks)
         for u in units.values():
             u['timed'] = blocks[u['path']]
+            if nested[u['path']]:
+                u['minus'] = nested[u['path']]  # the other units' modules inside it
             u['extra'] = sorted({e for key in ((CHANNELS, u['path']), (HIDDEN, u['path']))
                                  for e in extras.get(key, [])})
+        signature = {}
+        if pool:
+            cap = _capture(full, list(dict.fromkeys(u['timed'] for u in units.values())), x)
+            signature = {p: _signature(full, u, cap) for p, u in units.items()}
+            del cap
         # baseline and the full-width pruned network, interleaved
         base = baseline.to(dev, tdtype).eval()
         ends = _rounds({'baseline': (lambda: base(x), base), 'full': (lambda: full(x), full)},
                        rounds, warmup, timer)
         del full
         n_points = _grid_points(units)
+        shift = {p: (r * _unit_points(u)) // len(units) if rotate else 0
+                 for r, (p, u) in enumerate(units.items())}
         points = []  # (baseline ms beside it, {path: (index, ms, spread)}, rest ms)
         for k in range(n_points):
             widths, index = {}, {}
             for p, u in units.items():
-                d, h, idx = _point(u, k)
-                if d is not None:
-                    widths[(CHANNELS, p)] = d
-                if h is not None:
-                    widths[(HIDDEN, p)] = h
+                w, idx = _point(u, (k + shift[p]) % _unit_points(u) if rotate else k)
+                widths.update(w)
                 index[p] = idx
             net = pruned_copy(backbone, widths, dev, tdtype)
             names = list(dict.fromkeys([u['timed'] for u in units.values()]
@@ -400,7 +530,10 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                    for n, ts in times.items()}
             entries = {}
             for p, u in units.items():
-                t = med[u['timed']] + sum(med[e] for e in u['extra'])
+                # a module around other units' modules: its time minus theirs (noise may take
+                # a difference of two medians below 0)
+                t = max(0., med[u['timed']] - sum(med[n] for n in u.get('minus', ())))
+                t += sum(med[e] for e in u['extra'])
                 entries[p] = (index[p], t, _spread(times[u['timed']]))
             points.append((med['[baseline]'], entries,
                            med['[network]'] - sum(e[1] for e in entries.values())))
@@ -413,15 +546,28 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
     baseline_ms = statistics.median(p[0] for p in points)
     rest: List[float] = []
     spreads: List[float] = []
+    visits: Dict[str, Dict[Tuple[int, ...], List[float]]] = {p: {} for p in units}
     for base_k, entries, rest_k in points:
         scale = baseline_ms / base_k if base_k > 0 else 1.
         rest.append(rest_k * scale)
         for p, (idx, t, spread) in entries.items():
-            u = units[p]
-            slot = u['ms'][idx[0]] if len(idx) == 2 else u['ms']
-            if slot[idx[-1]] is None:
-                slot[idx[-1]] = t * scale
-                spreads.append(spread)
+            if not rotate and idx in visits[p]:
+                continue  # a unit held at its last point: its first visit, as format 1
+            visits[p].setdefault(idx, []).append(t * scale)
+            spreads.append(spread)
+    groups: Dict[str, List[str]] = {}
+    for p in units:
+        groups.setdefault(signature.get(p, p), []).append(p)
+    for members in groups.values():
+        for idx in visits[members[0]]:
+            # the median of every visit of every unit of the group at this width
+            t = statistics.median([v for p in members for v in visits[p][idx]])
+            for p in members:
+                slot = units[p]['ms'][idx[0]] if len(idx) == 2 else units[p]['ms']
+                slot[idx[-1]] = t
+        if len(members) > 1:
+            for p in members:
+                units[p]['pooled'] = len(members)
     const = statistics.median(rest)
     start_base = statistics.median(ends['baseline'])
     base_ks = [p[0] for p in points]
@@ -446,7 +592,8 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                  'baseline_ms_min/max: those baselines (the drift of the machine); spread = '
                  '(max - min) / median of a module\'s rounds; const_ms_min/max: the network '
                  'minus its units over the grid points'),
-        grid_points=n_points, build_s=time.perf_counter() - started,
+        grid_points=n_points, grid_order='rotated' if rotate else 'aligned',
+        pooled=bool(pool), build_s=time.perf_counter() - started,
         created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), validation=None)
     LatencyCost(table)  # what was written can be read back
     return table
@@ -456,9 +603,11 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
 def random_widths(cost: LatencyCost, rng: random.Random,
                   multiple_of: int = 8) -> Dict[Tuple[str, str], int]:
     """A random width for every unit, uniform over [1, full], rounded up to a multiple of
-    ``multiple_of`` (capped at the full width) as the export rounds."""
+    ``multiple_of`` (capped at the full width) as the export rounds; heads are not rounded
+    (the export keeps any count)."""
     m = max(1, int(multiple_of))
-    return {u: min(d, -(-rng.randint(1, d) // m) * m) for u, d in cost.unit_dims().items()}
+    return {u: rng.randint(1, d) if u[0] == HEADS else min(d, -(-rng.randint(1, d) // m) * m)
+            for u, d in cost.unit_dims().items()}
 
 
 def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
@@ -499,7 +648,9 @@ def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
                              kept_channels=sum(w for (kind, _), w in widths.items()
                                                if kind == CHANNELS),
                              kept_hidden=sum(w for (kind, _), w in widths.items()
-                                             if kind == HIDDEN)))
+                                             if kind == HIDDEN),
+                             kept_heads=sum(w for (kind, _), w in widths.items()
+                                            if kind == HEADS)))
             del sub
             if progress:
                 progress(f'validation {table["arch"]}: subnet {i + 1}/{k}: predicted '
@@ -516,33 +667,8 @@ def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
 
 
 # ----------------------------------------------------------------------------- files
-def load_table(path: str) -> dict:
-    """A latency table file (JSON; nothing in it is executed), checked: one
-    :class:`LatencyTableError` line naming the file and the problem when it is missing,
-    corrupt, truncated or not a table."""
-    if not os.path.isfile(path):
-        raise LatencyTableError(f'latency table not found: {path}')
-    try:
-        with open(path, encoding='utf-8') as f:
-            table = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LatencyTableError(f'{path}: not a valid latency table (corrupt or truncated JSON: '
-                                f'{e})') from e
-    try:
-        LatencyCost(table)
-        missing = [k for k in REQUIRED_KEYS if k not in table]
-        if missing:
-            raise LatencyTableError(f'missing {", ".join(missing)}')
-        shape = table['input_shape']
-        if (not isinstance(shape, list) or len(shape) != 2
-                or not all(isinstance(s, int) and s > 0 for s in shape)):
-            raise LatencyTableError('"input_shape" must be [H, W]')
-        if table['dtype'] not in DTYPES or table['device'] not in ('cpu', 'cuda'):
-            raise LatencyTableError(f'unknown dtype {table["dtype"]!r} or device '
-                                    f'{table["device"]!r}')
-    except LatencyTableError as e:
-        raise LatencyTableError(f'{path}: not a valid latency table ({e})') from e
-    return table
+#: a table file, read and checked: the one reader, :func:`mmdcs.selection.latency_cost.read_table`
+load_table = read_table
 
 
 def format_validation(v: dict) -> str:

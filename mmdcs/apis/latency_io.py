@@ -27,8 +27,8 @@ from .subnet_io import (backbone_cfg_of, build_model, config_input_size, load_ta
 Size = Tuple[int, int]
 
 #: backbone arguments of the selection: dropped to build the baseline of a supernet's config
-SELECTION_KEYS = ('subnet', 'select_hidden', 'theta_rank', 'gate_init', 'tau', 'qk_mask',
-                  'init_cfg')
+SELECTION_KEYS = ('subnet', 'select_hidden', 'select_heads', 'theta_rank', 'gate_init', 'tau',
+                  'qk_mask', 'init_cfg')
 
 
 def config_backbones(config: str, shape: Optional[Sequence[int]] = None,
@@ -90,10 +90,10 @@ def table_for(path: str, backbone: nn.Module, input_size: Optional[Sequence[int]
     a warning naming both when it was measured on another device, thread count, batch or
     dtype than the one given."""
     try:
-        cost = LatencyCost.from_table(load_table(path), backbone, input_size)
+        cost = LatencyCost.from_file(path, backbone, input_size)
     except LatencyTableError as e:
         msg = str(e)
-        raise UserError(msg if msg.startswith(path) else f'{path}: {msg}') from e
+        raise UserError(msg if path in msg else f'{path}: {msg}') from e
     cost.context_warnings(device_name(torch.device(device)) if device else None, threads, batch,
                           dtype)
     return cost

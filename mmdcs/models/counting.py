@@ -21,7 +21,6 @@ These live with the models (the classifier calibrates its budget when it is buil
 """
 import copy
 import inspect
-import json
 import math
 import os.path as osp
 import warnings
@@ -35,7 +34,7 @@ from mmengine.analysis.jit_handles import get_shape
 from mmdcs.selection import (BlockSelection, QKChannelSelector, SubnetSpec, apply_subnet_,
                              head_selectors, hidden_selectors, prunable_modules)
 from mmdcs.selection.budget import RESOURCES, BudgetError, LinearCost, register_resource
-from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
+from mmdcs.selection.latency_cost import LatencyCost
 from mmdcs.selection.subnet import file_sha256
 from mmdcs.selection.selectors import ChannelSelector
 
@@ -430,21 +429,6 @@ register_resource('flops', _exact_count('flops'),
 register_resource('params', _exact_count('params'), help='parameters')
 
 
-def read_latency_table(path: str) -> dict:
-    """A latency table file (JSON: nothing in it runs), as a dict; one
-    :class:`~mmdcs.selection.latency_cost.LatencyTableError` line naming the file when it is
-    missing, corrupt or truncated (its content is checked by
-    :class:`~mmdcs.selection.latency_cost.LatencyCost`)."""
-    if not osp.isfile(str(path)):
-        raise LatencyTableError(f'latency table not found: {path}')
-    try:
-        with open(path, encoding='utf-8') as f:
-            return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LatencyTableError(f'{path}: not a valid latency table (corrupt or truncated JSON: '
-                                f'{e})') from e
-
-
 def latency_cost(model: nn.Module, input_size: Optional[Size] = None,
                  latency_table: Optional[str] = None) -> LatencyCost:
     """The budget resource ``'latency'``: the latency predicted by the table at
@@ -455,12 +439,8 @@ def latency_cost(model: nn.Module, input_size: Optional[Size] = None,
     if not latency_table:
         raise BudgetError('a latency target needs a latency table: latency_table=PATH (one is '
                           'built by tools/analysis/latency_table.py on the target device)')
-    table = read_latency_table(latency_table)
     backbone = model if hasattr(model, 'cost_terms') else getattr(model, 'backbone', model)
-    try:
-        cost = LatencyCost.from_table(table, backbone, input_size)
-    except LatencyTableError as e:
-        raise LatencyTableError(f'{latency_table}: {e}') from e
+    cost = LatencyCost.from_file(latency_table, backbone, input_size)
     cost.meta = dict(cost.meta, table=osp.abspath(latency_table),
                      table_sha256=file_sha256(latency_table),
                      input_size=list(cost.input_size) if cost.input_size else None)

@@ -507,7 +507,13 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
             best = None
             for u in units:
                 if removed[u]:
-                    r, extra = ratio(u, back=True)
+                    # what the group adds, counted: a measured cost's slope above a width is
+                    # not the one below it (the marginal), so an estimate could overshoot
+                    size, score = group(u, back=True)
+                    widths[u] += size
+                    extra = count(widths) - total
+                    widths[u] -= size
+                    r = score / extra if extra > 0 else math.inf
                     if total + extra <= budget and (best is None or r > best[0]):
                         best = (r, u)
             if best is None:

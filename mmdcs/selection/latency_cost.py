@@ -2,8 +2,8 @@
 predicted from a table measured there (HALP / NViT style lookup table).
 
 :class:`LatencyCost` has the public interface of :class:`~mmdcs.selection.budget.LinearCost`
-(same unit keys ``(CHANNELS, block)`` / ``(HIDDEN, path)``, same method names and meanings), with
-``resource = 'latency'`` and milliseconds as the unit:
+(same unit keys ``(CHANNELS, block)`` / ``(HIDDEN, path)`` / ``(HEADS, attention)``, same method
+names and meanings), with ``resource = 'latency'`` and milliseconds as the unit:
 
     latency(widths) = const + Σ_u T_u(widths of u)
 
@@ -11,7 +11,10 @@ predicted from a table measured there (HALP / NViT style lookup table).
   (a convolutional FFN's expanded channels H̃): ``T_u`` is piecewise linear between the measured
   widths of its grid;
 * a block's MLP searched over kept channels *and* kept hidden units: ``T_u(D̃, H̃)`` is bilinear
-  in each cell of its (D̃, H̃) grid.
+  in each cell of its (D̃, H̃) grid;
+* an attention searched over its heads (``select_heads``, method.md §2.7; format 2): ``T_u(A)``
+  is piecewise linear in the kept heads A between the head counts of its grid (every count for
+  a few heads), so in the search it is taken at E[A] = Σ sigmoid(α).
 
 Below the smallest measured width the first segment is extended (and the time clipped at 0);
 widths are capped at the full width. ``const`` is the time of everything no width changes.
@@ -19,22 +22,36 @@ The table (a plain dict, the JSON file ``mmdcs.analysis.latency_table`` writes) 
 it was measured; :meth:`LatencyCost.context_warnings` names a device, thread count, batch or
 dtype that differs from the one it is used for.
 
+:func:`read_table` (:meth:`LatencyCost.from_file`) is the one reader of a table file: JSON only
+(nothing in it runs), every check of a table's content in one place, one
+:class:`LatencyTableError` line naming the file.
+
 Framework-free: plain PyTorch.
 """
 import bisect
+import json
 import math
+import os.path as osp
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .budget import CHANNELS, HIDDEN, BudgetError, CostBounds
-from .subnet import hidden_selectors, prunable_modules
+from .budget import CHANNELS, HEADS, HIDDEN, BudgetError, CostBounds
+from .subnet import head_selectors, hidden_selectors, prunable_modules
 
-#: the format tag of a latency table
-LATENCY_TABLE_FORMAT = 'mmdcs.latency_table/1'
+#: the format tag of a latency table (2: head units, ``select_heads``)
+LATENCY_TABLE_FORMAT = 'mmdcs.latency_table/2'
+#: the formats read: 1 (channel and hidden units only) still loads, for models without heads
+LATENCY_TABLE_FORMATS = ('mmdcs.latency_table/1', LATENCY_TABLE_FORMAT)
+#: keys every table file has besides its units and times (checked by :func:`read_table`)
+REQUIRED_KEYS = ('arch', 'variant', 'selection', 'input_shape', 'batch', 'threads', 'dtype',
+                 'device', 'device_name', 'torch')
+#: the dtypes and devices a table can be measured with
+TABLE_DTYPES = ('fp32', 'fp16', 'bf16')
+TABLE_DEVICES = ('cpu', 'cuda')
 Unit = Tuple[str, str]
 
 
@@ -150,29 +167,61 @@ def _ms_list(values, n: int, what: str) -> List[float]:
     return out
 
 
-def parse_units(table: dict) -> Tuple[Dict[str, _Curve], Dict[str, _Curve], Dict[str, _Surface],
-                                      Dict[str, int], Dict[str, int], Dict[str, str]]:
-    """The unit entries of a table: (channel curves, hidden curves, pair surfaces, dims,
-    hidden dims, block → its hidden selector path for the pairs). Raises
-    :class:`LatencyTableError` naming the entry on any malformed one."""
+class TableUnits(NamedTuple):
+    """The unit entries of a table (:func:`parse_units`)."""
+    #: channel-only units: block → T(D̃); hidden-only: path → T(H̃); pairs: block → T(D̃, H̃);
+    #: heads: attention → T(A)
+    chan: Dict[str, _Curve]
+    hid: Dict[str, _Curve]
+    pair: Dict[str, _Surface]
+    heads: Dict[str, _Curve]
+    #: full widths: block → D, path → H, attention → number of heads
+    dims: Dict[str, int]
+    hidden_dims: Dict[str, int]
+    head_dims: Dict[str, int]
+    #: block → the path of its hidden selector (the pairs)
+    pair_hidden: Dict[str, str]
+
+
+def parse_units(table: dict) -> TableUnits:
+    """The unit entries of a table; raises :class:`LatencyTableError` naming the entry on any
+    malformed one. An entry has a ``path`` and either ``channels`` and / or ``hidden`` (full
+    widths, ``grid_channels`` / ``grid_hidden``), or ``heads`` (the attention's number of heads,
+    ``grid_heads``; format 2 only); ``ms`` the times on the grid (a pair: rows over channels of
+    times over hidden units)."""
     units = table.get('units')
     if not isinstance(units, list) or not units:
         raise LatencyTableError('"units" must be a non-empty list')
-    chan, hid, pair, dims, hdims, pair_hidden = {}, {}, {}, {}, {}, {}
+    with_heads = table.get('format') != LATENCY_TABLE_FORMATS[0]
+    chan, hid, pair, heads, dims, hdims, adims, pair_hidden = ({} for _ in range(8))
     for k, u in enumerate(units):
         if not isinstance(u, dict) or not isinstance(u.get('path'), str):
             raise LatencyTableError(f'units entry #{k} must be an object with a "path"')
         p = u['path']
-        d, h = u.get('channels'), u.get('hidden')
-        if p in dims or p in hdims:
-            raise LatencyTableError(f'unit {p} is listed twice')
-        for val, what in ((d, 'channels'), (h, 'hidden')):
+        d, h, a = u.get('channels'), u.get('hidden'), u.get('heads')
+        for val, what in ((d, 'channels'), (h, 'hidden'), (a, 'heads')):
             if val is not None and (isinstance(val, bool) or not isinstance(val, int)
                                     or val < 1):
                 raise LatencyTableError(f'unit {p}: "{what}" must be a positive width or null')
-        if d is None and h is None:
-            raise LatencyTableError(f'unit {p}: neither "channels" nor "hidden" is selected')
         ms = u.get('ms')
+        if a is not None:
+            if not with_heads:
+                raise LatencyTableError(f'unit {p}: head units need format '
+                                        f'{LATENCY_TABLE_FORMAT!r}')
+            if d is not None or h is not None:
+                raise LatencyTableError(f'unit {p}: a head unit has no "channels" or "hidden" '
+                                        '(list them in an entry of their own)')
+            if p in adims:
+                raise LatencyTableError(f'unit {p} (heads) is listed twice')
+            ag = _grid(u.get('grid_heads'), a, f'unit {p}: grid_heads')
+            heads[p] = _Curve(ag, _ms_list(ms, len(ag), f'unit {p}: ms'))
+            adims[p] = a
+            continue
+        if p in dims or p in hdims:
+            raise LatencyTableError(f'unit {p} is listed twice')
+        if d is None and h is None:
+            raise LatencyTableError(f'unit {p}: neither "channels", "hidden" nor "heads" is '
+                                    'selected')
         if d is not None and h is not None:
             dg = _grid(u.get('grid_channels'), d, f'unit {p}: grid_channels')
             hg = _grid(u.get('grid_hidden'), h, f'unit {p}: grid_hidden')
@@ -190,7 +239,7 @@ def parse_units(table: dict) -> Tuple[Dict[str, _Curve], Dict[str, _Curve], Dict
             hg = _grid(u.get('grid_hidden'), h, f'unit {p}: grid_hidden')
             hid[p] = _Curve(hg, _ms_list(ms, len(hg), f'unit {p}: ms'))
             hdims[p] = h
-    return chan, hid, pair, dims, hdims, pair_hidden
+    return TableUnits(chan, hid, pair, heads, dims, hdims, adims, pair_hidden)
 
 
 class LatencyCost(CostBounds):
@@ -199,8 +248,8 @@ class LatencyCost(CostBounds):
     :class:`~mmdcs.selection.budget.LinearCost`; ``resource = 'latency'``.
 
     Args:
-        table: a latency table (dict; :func:`mmdcs.analysis.latency_table.load_table` reads and
-            checks a file). Its ``baseline_ms`` is the measured baseline network (what a target
+        table: a latency table (dict; :func:`read_table` reads and checks a file,
+            :meth:`from_file` builds the cost from one). Its ``baseline_ms`` is the measured baseline network (what a target
             ratio multiplies), ``const_ms`` the time no width changes.
     """
     resource = 'latency'
@@ -208,16 +257,19 @@ class LatencyCost(CostBounds):
     def __init__(self, table: dict):
         if not isinstance(table, dict):
             raise LatencyTableError('a latency table must be a JSON object')
-        if table.get('format') != LATENCY_TABLE_FORMAT:
+        if table.get('format') not in LATENCY_TABLE_FORMATS:
             raise LatencyTableError(f'not an mmdcs latency table (expected "format": '
-                                    f'{LATENCY_TABLE_FORMAT!r}, got {table.get("format")!r})')
+                                    f'{" or ".join(map(repr, LATENCY_TABLE_FORMATS))}, got '
+                                    f'{table.get("format")!r})')
         self.table = table
         self.baseline = _num(table.get('baseline_ms'), 'baseline_ms')
         if self.baseline <= 0:
             raise LatencyTableError('baseline_ms must be positive')
         self.const = _num(table.get('const_ms'), 'const_ms')
-        (self._chan, self._hid, self._pair, self.dims, self.hidden_dims,
-         self.pair_hidden) = parse_units(table)
+        u = parse_units(table)
+        self._chan, self._hid, self._pair, self._heads = u.chan, u.hid, u.pair, u.heads
+        self.dims, self.hidden_dims, self.head_dims = u.dims, u.hidden_dims, u.head_dims
+        self.pair_hidden = u.pair_hidden
         shape = table.get('input_shape')
         self.input_size = tuple(shape) if isinstance(shape, list) else None
         self.meta = {k: table.get(k) for k in ('arch', 'variant', 'device_name', 'threads',
@@ -235,6 +287,20 @@ class LatencyCost(CostBounds):
         cost.check_backbone(backbone, input_size)
         return cost
 
+    @classmethod
+    def from_file(cls, path: str, backbone: Optional[nn.Module] = None,
+                  input_size: Optional[Sequence[int]] = None) -> 'LatencyCost':
+        """The cost of the table file at ``path`` (:func:`read_table`), checked against
+        ``backbone`` when given (:meth:`check_backbone`); every refusal is one
+        :class:`LatencyTableError` line that names the file."""
+        cost = cls(read_table(path))
+        if backbone is not None:
+            try:
+                cost.check_backbone(backbone, input_size)
+            except LatencyTableError as e:
+                raise LatencyTableError(f'{path}: {e}') from e
+        return cost
+
     def check_backbone(self, backbone: nn.Module,
                        input_size: Optional[Sequence[int]] = None) -> None:
         t = self.table
@@ -243,8 +309,14 @@ class LatencyCost(CostBounds):
             if t.get(key) != have:
                 raise LatencyTableError(f'the latency table is for {key} {t.get(key)!r}, this '
                                         f'backbone is {have!r}')
+        heads = {k: int(s.dim) for k, s in head_selectors(backbone).items()}
+        if heads and not self.head_dims:
+            raise LatencyTableError(
+                'the latency table has no head units (measured without select_heads) and this '
+                'backbone selects heads: measure its table with tools/analysis/latency_table.py')
         want = selection_options(backbone)
-        got = t.get('selection') or {}
+        got = dict(t.get('selection') or {})
+        got.setdefault('select_heads', False)  # format 1: no heads
         diff = [f'{k}={got.get(k)!r} (table) vs {v!r} (backbone)' for k, v in want.items()
                 if got.get(k) != v]
         if diff:
@@ -260,7 +332,8 @@ class LatencyCost(CostBounds):
         dims = {n: int(m.select.dim) for n, m in prunable_modules(backbone).items()}
         hdims = {k: int(s.dim) for k, s in hidden_selectors(backbone).items()}
         for what, table_dims, model_dims in (('channel', self.dims, dims),
-                                             ('hidden', self.hidden_dims, hdims)):
+                                             ('hidden', self.hidden_dims, hdims),
+                                             ('head', self.head_dims, heads)):
             missing = [n for n in model_dims if n not in table_dims]
             extra = [n for n in table_dims if n not in model_dims]
             if missing or extra:
@@ -293,11 +366,16 @@ class LatencyCost(CostBounds):
 
     # ------------------------------------------------------------------ the count
     def at(self, kept: Dict[str, float],
-           hidden_kept: Optional[Dict[str, float]] = None) -> float:
+           hidden_kept: Optional[Dict[str, float]] = None,
+           heads_kept: Optional[Dict[str, float]] = None) -> float:
         """The predicted latency (ms) with ``kept[name]`` channels in every block (and
-        ``hidden_kept[path]`` hidden units in every hidden-selected module; default: all)."""
+        ``hidden_kept[path]`` hidden units in every hidden-selected module, ``heads_kept[path]``
+        heads in every head-selected attention; default: all)."""
         h = dict(self.hidden_dims, **(hidden_kept or {}))
+        a = dict(self.head_dims, **(heads_kept or {}))
         total = self.const
+        for k, c in self._heads.items():
+            total += c.value(min(float(a[k]), self.head_dims[k]))
         for n, c in self._chan.items():
             total += c.value(min(float(kept[n]), self.dims[n]))
         for n, s in self._pair.items():
@@ -308,10 +386,11 @@ class LatencyCost(CostBounds):
         return total
 
     def unit_dims(self) -> Dict[Unit, int]:
-        """Every prunable unit, ``(CHANNELS, block)`` and ``(HIDDEN, path)``, → its full
-        width."""
+        """Every prunable unit, ``(CHANNELS, block)``, ``(HIDDEN, path)`` and
+        ``(HEADS, attention)``, → its full width."""
         out = {(CHANNELS, n): int(d) for n, d in self.dims.items()}
         out.update(((HIDDEN, k), int(h)) for k, h in self.hidden_dims.items())
+        out.update(((HEADS, k), int(a)) for k, a in self.head_dims.items())
         return out
 
     def count(self, widths: Dict[Unit, float]) -> float:
@@ -319,13 +398,16 @@ class LatencyCost(CostBounds):
         width)."""
         kept = {n: widths.get((CHANNELS, n), d) for n, d in self.dims.items()}
         hidden = {k: widths.get((HIDDEN, k), h) for k, h in self.hidden_dims.items()}
-        return self.at(kept, hidden)
+        heads = {k: widths.get((HEADS, k), a) for k, a in self.head_dims.items()}
+        return self.at(kept, hidden, heads)
 
     def marginal(self, unit: Unit, widths: Dict[Unit, float]) -> float:
         """d latency / d width of ``unit`` at ``widths``: the slope of the table's segment
         just below the width (g_i < w ≤ g_{i+1}), so removing a group that stays inside one
         segment (groups of 8 on a grid of multiples of 8) saves exactly ``size·marginal``; in
-        a bilinear unit the slope at the other width's current value."""
+        a bilinear unit the slope at the other width's current value. A head's: the slope of
+        its attention's curve just below the kept heads (one head apart where the grid has every
+        count)."""
         kind, name = unit
         if kind == CHANNELS:
             d = float(widths.get((CHANNELS, name), self.dims[name]))
@@ -341,14 +423,19 @@ class LatencyCost(CostBounds):
                 return self._pair[name].slope_h(min(d, self.dims[name]),
                                                 min(h, self.hidden_dims[name]))
             return self._hid[name].slope(min(h, self.hidden_dims[name]))
+        if kind == HEADS:
+            a = float(widths.get((HEADS, name), self.head_dims[name]))
+            return self._heads[name].slope(min(a, self.head_dims[name]))
         raise KeyError(f'unknown unit kind {kind!r}')
 
     def floor_at(self, multiple_of: int = 1) -> float:
         """Every block and hidden-selected module down to one group of ``multiple_of``
-        channels / hidden units (its full width if that is smaller)."""
+        channels / hidden units (its full width if that is smaller), every head-selected
+        attention to one head (heads are never rounded up)."""
         m = max(1, int(multiple_of))
         return self.at({n: min(m, d) for n, d in self.dims.items()},
-                       {k: min(m, h) for k, h in self.hidden_dims.items()})
+                       {k: min(m, h) for k, h in self.hidden_dims.items()},
+                       {k: 1 for k in self.head_dims})
 
     #: a latency target is a ratio of the measured baseline; its floor is a prediction
     _ratio_of = 'latency'
@@ -363,16 +450,21 @@ class LatencyCost(CostBounds):
         return f'measured latency ({self.baseline:.3f} ms{" at " + where if where else ""})'
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
-                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+                 hidden: Optional[Dict[str, nn.Module]] = None,
+                 heads: Optional[Dict[str, nn.Module]] = None) -> Tensor:
         """The differentiable predicted latency at E[D̃_j] from each block's selector (and
-        E[H̃_k] from each hidden selector in ``hidden``, path → selector; others at full
-        width): piecewise linear in a channel-only or hidden-only unit, bilinear in a block's
-        MLP over (E[D̃], E[H̃]), so its gradient is the table's slope there."""
+        E[H̃_k] from each hidden selector in ``hidden``, E[A_k] = Σ sigmoid(α) from each head
+        selector in ``heads``, path → selector; others at full width): piecewise linear in a
+        channel-only, hidden-only or head unit, bilinear in a block's MLP over (E[D̃], E[H̃]),
+        so its gradient is the table's slope there."""
         d = {n: selectors[n].expected_kept(expectation) for n in self.dims}
         h = {k: (hidden[k].expected_kept(expectation) if hidden and k in hidden
                  else float(self.hidden_dims[k])) for k in self.hidden_dims}
+        a = {k: (heads[k].expected_kept(expectation) if heads and k in heads
+                 else float(self.head_dims[k])) for k in self.head_dims}
         ref = next(iter(d.values())) if d else next(
-            (v for v in h.values() if isinstance(v, Tensor)), torch.zeros(()))
+            (v for v in list(h.values()) + list(a.values()) if isinstance(v, Tensor)),
+            torch.zeros(()))
         total = ref.new_tensor(self.const) if isinstance(ref, Tensor) else torch.tensor(
             self.const)
         for n, c in self._chan.items():
@@ -381,13 +473,49 @@ class LatencyCost(CostBounds):
             total = total + s.value(d[n], h[n])
         for k, c in self._hid.items():
             total = total + c.value(h[k])
+        for k, c in self._heads.items():
+            total = total + c.value(a[k])
         return total
 
 
 def selection_options(backbone: nn.Module) -> dict:
     """What a latency table must have been measured with besides arch and variant: the
-    backbone's selection options (the Q/K selection, hidden-unit selection, Linear_θ rank)."""
+    backbone's selection options (the Q/K selection, hidden-unit selection, Linear_θ rank,
+    head selection; a table of format 1 has no ``select_heads``: False)."""
     return dict(qk_select=getattr(backbone, 'qk_select', None),
                 mlp_select=bool(getattr(backbone, 'mlp_select', False)),
                 select_hidden=getattr(backbone, 'select_hidden', False),
-                theta_rank=getattr(backbone, 'theta_rank', None))
+                theta_rank=getattr(backbone, 'theta_rank', None),
+                select_heads=bool(head_selectors(backbone)))
+
+
+def read_table(path: str) -> dict:
+    """A latency table file (JSON; nothing in it is executed), checked: its units and times
+    (:class:`LatencyCost`), the keys every table has, its input shape, dtype and device. One
+    :class:`LatencyTableError` line naming the file and the problem when it is missing,
+    corrupt, truncated or not a table. The one reader of table files (the budget resource
+    ``latency``, the table and latency tools)."""
+    if not osp.isfile(str(path)):
+        raise LatencyTableError(f'latency table not found: {path}')
+    try:
+        with open(path, encoding='utf-8') as f:
+            table = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LatencyTableError(f'{path}: not a valid latency table (corrupt or truncated JSON: '
+                                f'{e})') from e
+    try:
+        LatencyCost(table)
+        missing = [k for k in REQUIRED_KEYS if k not in table]
+        if missing:
+            raise LatencyTableError(f'missing {", ".join(missing)}')
+        shape = table['input_shape']
+        if (not isinstance(shape, list) or len(shape) != 2
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+                           for s in shape)):
+            raise LatencyTableError('"input_shape" must be [H, W]')
+        if table['dtype'] not in TABLE_DTYPES or table['device'] not in TABLE_DEVICES:
+            raise LatencyTableError(f'unknown dtype {table["dtype"]!r} or device '
+                                    f'{table["device"]!r}')
+    except LatencyTableError as e:
+        raise LatencyTableError(f'{path}: not a valid latency table ({e})') from e
+    return table

@@ -72,8 +72,8 @@ def test_search_with_head_gates_ends_on_the_flops_target():
 
 
 def test_a_budget_that_does_not_cost_heads_is_refused_in_one_line(monkeypatch):
-    """select_heads with a resource whose cost has no head terms (as the latency table's) is
-    one line naming the resource, not a search whose budget ignores the heads."""
+    """select_heads with a resource whose cost has no head terms is one line naming the
+    resource, not a search whose budget ignores the heads."""
     import dataclasses
 
     from mmdcs.analysis.complexity import calibrate_cost
@@ -88,4 +88,70 @@ def test_a_budget_that_does_not_cost_heads_is_refused_in_one_line(monkeypatch):
     with pytest.raises(BudgetError) as e:
         _classifier(dict(headless=0.7))
     assert str(e.value) == ('select_heads: the headless budget does not cost heads (the exact '
-                            'flops and params do)')
+                            'flops and params and a latency table measured with select_heads '
+                            'do)')
+
+
+def _loop(model, steps, name):
+    optim = SearchOptimWrapperConstructor(dict(
+        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
+        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
+    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
+    loop._runner = types.SimpleNamespace(
+        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance(name),
+        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
+    loop._iter, loop._max_iters = 0, 2 * steps
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    out = None
+    for _ in range(steps):
+        loop.train_step(cls_batch(g), 'weight')
+        loop._iter += 1
+        out = loop.train_step(cls_batch(g), 'arch')
+        loop._iter += 1
+    loop.end_search()
+    return out
+
+
+def test_search_with_head_gates_ends_on_a_latency_target(tmp_path):
+    """model.cost = dict(target=dict(latency=0.6), latency_table=T) with select_heads, on a
+    synthetic table with head units: the head α enter the expected latency through their
+    attention's curve, and the deployed network (channels and heads together) ends within ±2 %
+    of the baseline below the target, as the table predicts it."""
+    import json
+
+    from mmdcs.models.backbones.vit import ViT
+    from _resource_costs import synthetic_latency_table  # noqa: E402
+    table = synthetic_latency_table(ViT(arch='deit-tiny', variant='dcs', img_size=16,
+                                        select_heads=True), [16, 16])
+    path = str(tmp_path / 'table.json')
+    with open(path, 'w') as f:
+        json.dump(table, f)
+    torch.manual_seed(0)
+    model = _classifier_with(dict(latency=0.6), latency_table=path, gate_init=1.0)
+    cost = model._budget
+    assert cost.resource == 'latency' and len(cost.head_dims) == 12
+    heads = head_selectors(model.backbone)
+    before = torch.cat([s.alpha.detach().clone() for s in heads.values()])
+    out = _loop(model, 30, 'test_heads_latency')
+    after = torch.cat([s.alpha.detach() for s in heads.values()])
+    assert (after - before).abs().max() > 0.1  # the budget moved the head α
+    kept = {n: int((s.alpha > 0).sum()) for n, s in model._selectors.items()}
+    heads_kept = {k: max(1, int((s.alpha > 0).sum())) for k, s in heads.items()}
+    ratio = cost.ratio(cost.at(kept, {}, heads_kept))
+    assert ratio == pytest.approx(0.6, abs=0.02) and ratio <= 0.6 + 1e-9
+    assert sum(heads_kept.values()) < 36  # heads were pruned for latency
+    assert float(out['arch_latency_ratio_kept']) == pytest.approx(
+        float(out['arch_cost_ratio_kept']))
+
+
+def _classifier_with(target, gate_init=3.0, **cost):
+    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
+               backbone=dict(type='mmdcs.ViT', arch='deit-tiny', variant='dcs', img_size=16,
+                             select_heads=True, gate_init=gate_init),
+               head=dict(type='LinearClsHead', num_classes=10, in_channels=192,
+                         loss=dict(type='CrossEntropyLoss')),
+               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
+               cost=dict(target=target, **cost))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(cfg)

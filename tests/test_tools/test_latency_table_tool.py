@@ -77,3 +77,28 @@ def test_small_run_writes_a_table_for_the_config(capsys, tmp_path):
         table_for(str(out), sup, (64, 64))
     with pytest.raises(UserError, match='not found'):
         table_for(str(tmp_path / 'none.json'), sup, size)
+
+
+def test_a_select_heads_config_gets_head_units(capsys, tmp_path):
+    """A small real run on a select_heads supernet (DeiT-Tiny at 32x32): the table has a head
+    unit per attention (every head count) and loads back for the config; the same config
+    without select_heads refuses it in one line naming the file (no assertion on any time)."""
+    from mmdcs.apis.latency_io import config_backbones, table_for
+    from mmdcs.apis.launch import UserError
+    from _tools import load_tool
+    config = osp.join(ROOT, 'configs/demo/kcr-deit-tiny_search_digits.py')
+    out = tmp_path / 'heads.json'
+    heads = ['--cfg-options', 'model.backbone.select_heads=True']
+    load_tool(TOOL).main([config, '--out', str(out), '--shape', '32', '--rounds', '1',
+                          '--multiple-of', '96'] + heads)
+    assert 'grid point 3/3' in capsys.readouterr().out
+    table = json.loads(out.read_text())
+    assert table['format'] == 'mmdcs.latency_table/2'
+    units = [u for u in table['units'] if 'heads' in u]
+    assert [u['path'] for u in units] == [f'blocks.{i}.attn' for i in range(12)]
+    assert all(u['grid_heads'] == [1, 2, 3] and len(u['ms']) == 3 for u in units)
+    sup, _, size, _ = config_backbones(config, (32, 32), {'model.backbone.select_heads': True})
+    assert table_for(str(out), sup, size).head_dims == {u['path']: 3 for u in units}
+    plain, _, _, _ = config_backbones(config, (32, 32))
+    with pytest.raises(UserError, match=r'heads.json: .*select_heads=True \(table\) vs False'):
+        table_for(str(out), plain, size)

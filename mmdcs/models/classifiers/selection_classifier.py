@@ -188,12 +188,15 @@ class ChannelSelectionClassifier(ImageClassifier):
             size = (size, size)
         # the budget's cost model, by name: the exact count (flops, params), or a latency table
         linear = build_cost(resource, self, size, **options)
-        # select_heads: E[kept heads] = Σ sigmoid(α) enters the count linearly
+        # select_heads: E[kept heads] = Σ sigmoid(α) enters the count (linearly in the exact
+        # counts, through the attention's measured curve in a latency table); a resource whose
+        # cost has no head units (a table measured without heads is refused where it is read)
         self._head_selectors = head_selectors(self.backbone)
         if self._head_selectors and set(self._head_selectors) != set(
                 getattr(linear, 'head_dims', {}) or {}):
             raise BudgetError(f'select_heads: the {resource} budget does not cost heads (the '
-                              'exact flops and params do)')
+                              'exact flops and params and a latency table measured with '
+                              'select_heads do)')
         budget = linear.check_target(target[resource], f'cost.target.{resource}')
         self._budget = linear
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
