@@ -99,6 +99,27 @@ LATENCY_SHAPE = (64, 64)
 TABLE_VARIANTS = {'dcs': 'dcs', 'kcr': 'kcr', 'pruned': 'dcs-arch2'}
 
 
+def clock_timer(clock: str = 'thread') -> Callable:
+    """A replacement of :func:`mmdcs.analysis.latency.time_models` (its signature and result
+    keys) that reads ``clock`` (:data:`mmdcs.analysis.latency_table.CLOCKS`): ``'thread'``, the
+    calling thread's CPU time — what a one-thread latency table is measured with, without the
+    time a shared machine's scheduler gives other processes (on a quiet machine the wall clock
+    agrees). Interleaved rounds (the order reversed every other round), medians; glibc keeps
+    freed memory, as while a table is measured (:func:`mmdcs.analysis.latency.
+    keep_freed_memory`: process-wide)."""
+    def timer(models, x, warmup: int = 3, repeats: int = 21, threads: Optional[int] = None):
+        import statistics
+        from mmdcs.analysis.latency import keep_freed_memory, num_threads
+        from mmdcs.analysis.latency_table import WallTimer, _rounds
+        keep_freed_memory()
+        fns = {k: ((lambda m=m: m(x)), m.eval()) for k, m in models.items()}
+        with num_threads(threads):
+            ms = _rounds(fns, repeats, warmup, WallTimer(clock=clock))
+        return {k: dict(median_ms=statistics.median(v), threads=threads, device=str(x.device),
+                        clock=clock) for k, v in ms.items()}
+    return timer
+
+
 def table_kind(method: str) -> str:
     """The latency table a method aims with: its own supernet's (DCS, KCR) or the pruners'."""
     return method if method in SEARCHED else 'pruned'
@@ -162,6 +183,9 @@ class LatencyTables:
         self.select_hidden = dict(LATENCY_SELECT_HIDDEN, **(select_hidden or {}))
         self.batch, self.threads, self.rounds = int(batch), int(threads), int(rounds)
         self.multiple_of, self.shape = int(multiple_of), LATENCY_SHAPE
+        from mmdcs.analysis.latency_table import default_clock
+        #: the clock of the tables and of the subnets' measurement
+        self.clock = default_clock('cpu', self.threads)
         self.builder, self.log = builder, log
         self._got: Dict[Tuple[str, str], Tuple[str, object]] = {}
         self.shared: Dict[str, str] = {}  # model -> the table the pruners share
@@ -169,7 +193,7 @@ class LatencyTables:
     def settings(self) -> dict:
         """What every row of one results.json shares about its latency tables."""
         return dict(input_shape=list(self.shape), batch=self.batch, threads=self.threads,
-                    multiple_of=self.multiple_of, device='cpu', dtype='fp32',
+                    multiple_of=self.multiple_of, device='cpu', dtype='fp32', clock=self.clock,
                     select_hidden=dict(sorted(self.select_hidden.items())))
 
     def options(self, model: str, kind: str) -> Dict[str, object]:
@@ -195,7 +219,9 @@ class LatencyTables:
     def _measure(self, sup, base, size) -> dict:
         if self.builder is not None:
             return self.builder(sup, base, size)
+        from mmdcs.analysis.latency import keep_freed_memory
         from .latency_io import measure_table
+        keep_freed_memory()  # as tools/analysis/latency_table.py (process-wide)
         return measure_table(sup, base, size, self.batch, self.threads, 'fp32', 'cpu',
                              self.rounds, self.multiple_of, 0, progress=self.log)
 
@@ -378,7 +404,9 @@ def summary_markdown(rows: List[dict], settings: dict) -> str:
                 f"{t.get('threads')} thread(s), hidden-unit selection "
                 f"{t.get('select_hidden')}); \"latency\": the exported backbone measured "
                 'against the baseline backbone on this CPU (the table\'s batch and threads, '
-                'interleaved rounds, medians, wall clock: noisy on a shared machine), '
+                f"interleaved rounds, medians, {t.get('clock', 'wall')} clock"
+                + (': the thread\'s CPU time, as the table\'s' if t.get('clock') == 'thread'
+                   else '') + '), '
                 '"predicted": the table\'s ratio; FLOPs and params of the classifier counted '
                 'by mmengine.analysis at 64×64')
     else:
@@ -604,8 +632,11 @@ class Runner:
         self.arch_lr = arch_lr
         #: a latency comparison's tables (None: the budgets are FLOPs budgets)
         self.tables = tables
-        #: options of the export's latency measurement (``timer``: tests)
+        #: options of the export's latency measurement (``timer``: tests); by default the
+        #: tables' clock (one thread: the thread's CPU time, :func:`clock_timer`)
         self.measure_options = dict(measure_options or {})
+        if tables is not None and 'timer' not in self.measure_options:
+            self.measure_options['timer'] = clock_timer(tables.clock)
         self._base_cost = {}
 
     # -- helpers
