@@ -163,6 +163,20 @@ def same_network(a, b) -> bool:
                == _signature(pruned_copy(b, w, cpu, torch.float32)) for w in ({}, probe))
 
 
+def budget_options(budget: float, tables: Optional['LatencyTables'] = None,
+                   model: Optional[str] = None, method: Optional[str] = None) -> List[str]:
+    """--cfg-options that aim a demo search config (DCS or KCR) at ``budget``: of the
+    baseline's FLOPs, or with ``tables`` of its latency predicted by ``model``'s table for
+    ``method`` (the config's FLOPs target set to None, the table, the model's hidden-unit
+    selection)."""
+    if tables is None:
+        return [f'model.cost.target.flops={float(budget)!r}']
+    path, _ = tables.get(model, table_kind(method))
+    return ['model.cost.target.flops=None', f'model.cost.target.latency={float(budget)!r}',
+            f'model.cost.latency_table={path}'] + [
+        f'{k}={v}' for k, v in tables.options(model, method).items()]
+
+
 class LatencyTables:
     """The latency tables of a latency comparison: per model, one per network the methods
     export (DCS's supernet, KCR's, the pruners' dcs-arch2), each with the model's hidden-unit
@@ -721,15 +735,7 @@ class Runner:
         for a latency comparison the latency target with its table and the model's hidden-unit
         selection), the architecture optimiser's lr (``arch_lr``: its cosine floor kept at
         :data:`ARCH_LR_ETA_MIN_SHARE` of it), the baseline it starts from (pretrained)."""
-        budget = float(run['budget'])
-        if self.tables is not None:
-            path, _ = self.tables.get(run['model'], table_kind(run['method']))
-            opts = ['model.cost.target.flops=None', f'model.cost.target.latency={budget!r}',
-                    f'model.cost.latency_table={path}'] + [
-                f'{k}={v}' for k, v in self.tables.options(run['model'],
-                                                           run['method']).items()]
-        else:
-            opts = [f'model.cost.target.flops={budget!r}']
+        opts = budget_options(float(run['budget']), self.tables, run['model'], run['method'])
         if self.arch_lr is not None:
             lr = float(self.arch_lr)
             opts += [f'optim_wrapper.arch.optimizer.lr={lr!r}',
