@@ -230,29 +230,35 @@ class Demo:
         with open(metrics_path) as f:
             return json.load(f)['accuracy/top1']
 
-    def target(self, search_cfg):
-        """The budget every method meets: the latency target (a latency demo), or the FLOPs
-        budget of a demo search config (``model.cost.target.flops``)."""
-        if self.tables is not None:
-            return self.latency_target
+    @staticmethod
+    def target(search_cfg):
+        """The FLOPs budget of a demo search config (``model.cost.target.flops``), which the
+        export and the magnitude pruner meet too."""
         from mmengine.config import Config
         return Config.fromfile(osp.join(ROOT, search_cfg)).model.cost.target.flops
+
+    def budget(self, search_cfg):
+        """The budget every method meets: the latency target (a latency demo), or the FLOPs
+        budget of the demo search config (:meth:`target`)."""
+        return self.latency_target if self.tables is not None else self.target(search_cfg)
 
     @property
     def resource(self):
         return 'latency' if self.tables is not None else 'flops'
 
-    def latency_tables(self, arch='mobilevit-xs'):
+    def latency_tables(self, arch='mobilevit-xs', tables=None):
         """The latency tables of ``arch`` at 64×64 on this CPU (batch 1, one thread; kept in
         WORK/latency_tables and read back by a second run) and the demo's latency target:
-        ``--target-latency``, raised above every table's predicted floor where it is not."""
+        ``--target-latency``, raised above every table's predicted floor where it is not.
+        ``tables``: a :class:`~mmdcs.apis.compare.LatencyTables` (default: measured here)."""
         from mmdcs.apis.compare import TABLE_VARIANTS, LatencyTables
         from mmdcs.apis.launch import UserError
         print(f'== 1b. latency tables: {ARCH_LABELS[arch]} at 64×64 on this CPU (batch 1, 1 '
               'thread), DCS\'s and KCR\'s supernets with hidden-unit selection \'all\' '
               '(magnitude prunes KCR\'s network: the same table)', flush=True)
-        self.tables = LatencyTables(osp.join(self.work, 'latency_tables'), log=lambda line: (
-            None if 'grid point' in line else print('  ' + line, flush=True)))
+        self.tables = tables or LatencyTables(
+            osp.join(self.work, 'latency_tables'),
+            log=lambda line: None if 'grid point' in line else print('  ' + line, flush=True))
         floors, ceilings = [], []
         try:
             for kind in ('dcs', 'kcr', 'pruned'):
@@ -270,7 +276,7 @@ class Demo:
         target = self.args.target_latency
         low = max(floors) + FLOOR_MARGIN
         if target < low:
-            target = math.ceil(low * 100) / 100
+            target = math.ceil(round(low * 100, 6)) / 100
             print(f'  --target-latency {self.args.target_latency} is below a predicted floor '
                   f'(+{FLOOR_MARGIN}) on this CPU: the demo aims at {target} instead',
                   flush=True)
@@ -381,14 +387,14 @@ class Demo:
         if 'arch_cost_ratio_kept' in scalars:
             what = 'predicted latency' if self.tables is not None else 'FLOPs'
             print(f"  search ended at {scalars['arch_cost_ratio_kept']:.3f} of the baseline "
-                  f'{what} (target {self.target(search_cfg)}; μ = '
+                  f'{what} (target {self.budget(search_cfg)}; μ = '
                   f"{scalars.get('arch_cost_mu', float('nan')):.3g})", flush=True)
         model_opts = {}
         if search_opts:  # the export builds the supernet the search trained
             from mmdcs.apis.compare import Runner
             model_opts = Runner._as_dict(search_opts)
         subnet, kept, total = self.export(tag, search_cfg, last_checkpoint(search_dir),
-                                          self.target(search_cfg), kind=kind,
+                                          self.budget(search_cfg), kind=kind,
                                           cfg_options=model_opts or None)
         retrain_cfg = f'configs/demo/{kind}-{arch}_retrain_digits.py'
         # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, method.md §4)
@@ -416,7 +422,7 @@ class Demo:
         budget of the DCS/KCR searches, retrained on their schedule (cross-entropy only)."""
         label = ARCH_LABELS[arch]
         tag = 'magnitude' if arch == 'mobilevit-xs' else f'magnitude-{arch}'
-        target = self.target(f'configs/demo/dcs-{arch}_search_digits.py')
+        target = self.budget(f'configs/demo/dcs-{arch}_search_digits.py')
         print(f'== {step}. magnitude-pruned {label} (the baseline to beat): export at the same '
               f'{self.resource} budget -> retrain', flush=True)
         hidden = (self.tables.options(arch, 'pruned').get('model.backbone.select_hidden')
@@ -531,7 +537,7 @@ class Demo:
 
     def table(self):
         if self.peer_rows:
-            target = self.target('configs/demo/dcs-deit-tiny_search_digits.py')
+            target = self.budget('configs/demo/dcs-deit-tiny_search_digits.py')
             print('\n== DCS, KCR, magnitude pruning (all three at '
                   f'{target} of the baseline FLOPs), OFB and DynamicViT on DeiT-Tiny (digits val '
                   f'set, 64×64, {self.args.epochs} epochs per run{self.images()}; FLOPs by '
@@ -544,7 +550,7 @@ class Demo:
                       f'{note} |')
         if not self.rows:
             return
-        target = self.target('configs/demo/dcs-mobilevit-xs_search_digits.py')
+        target = self.budget('configs/demo/dcs-mobilevit-xs_search_digits.py')
         if self.tables is not None:
             what = (f'{target} of the baseline\'s latency predicted by latency tables measured '
                     'here (64×64, batch 1, 1 thread; hidden-unit selection \'all\')')
