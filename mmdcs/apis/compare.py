@@ -20,21 +20,33 @@ is not run again (resumable); results of other settings in the same file are ref
 overwritten. :func:`aggregate` and :func:`paired_differences` are the statistics of
 ``DIR/summary.md``.
 """
+import contextlib
 import json
 import math
 import os
 import os.path as osp
+import statistics
 import subprocess
 import sys
 import time
 from collections import OrderedDict, defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import torch
+
 from mmdcs.analysis.complexity import count_flops, count_params
-from mmdcs.analysis.latency import time_models
+from mmdcs.analysis.latency import keep_freed_memory, num_threads, time_models
+from mmdcs.analysis.latency_table import (WallTimer, _rounds, _units, default_clock, load_table,
+                                          pruned_copy)
 from mmdcs.analysis.plots import last_validation
+from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import file_sha256
+from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError
+from mmdcs.selection.importance import widths_of
+from mmdcs.selection.latency_cost import LatencyCost, selection_options
+from .export import export_subnet, train_batches
 from .launch import UserError
+from .latency_io import config_backbones, measure_table, table_file_name
 from .outputs import write_json, write_texts
 from .subnet_io import build_model, load_task_config
 
@@ -108,9 +120,6 @@ def clock_timer(clock: str = 'thread') -> Callable:
     freed memory, as while a table is measured (:func:`mmdcs.analysis.latency.
     keep_freed_memory`: process-wide)."""
     def timer(models, x, warmup: int = 3, repeats: int = 21, threads: Optional[int] = None):
-        import statistics
-        from mmdcs.analysis.latency import keep_freed_memory, num_threads
-        from mmdcs.analysis.latency_table import WallTimer, _rounds
         keep_freed_memory()
         fns = {k: ((lambda m=m: m(x)), m.eval()) for k, m in models.items()}
         with num_threads(threads):
@@ -142,11 +151,6 @@ def same_network(a, b) -> bool:
     and shapes at full width and at a probe width distinct per unit, the same selection
     options): then one latency table times both (KCR and the pruners' dcs-arch2 share their
     structure, models/backbones/base.py's VARIANTS)."""
-    import torch  # lazy import: only for a latency comparison
-    from mmdcs.analysis.latency_table import _units, pruned_copy
-    from mmdcs.models.counting import distinct_halves
-    from mmdcs.selection.budget import CHANNELS, HIDDEN
-    from mmdcs.selection.latency_cost import selection_options
     if (getattr(a, 'arch', None) != getattr(b, 'arch', None)
             or selection_options(a) != selection_options(b)):
         return False
@@ -197,7 +201,6 @@ class LatencyTables:
         self.select_hidden = dict(LATENCY_SELECT_HIDDEN, **(select_hidden or {}))
         self.batch, self.threads, self.rounds = int(batch), int(threads), int(rounds)
         self.multiple_of, self.shape = int(multiple_of), LATENCY_SHAPE
-        from mmdcs.analysis.latency_table import default_clock
         #: the clock of the tables and of the subnets' measurement
         self.clock = default_clock('cpu', self.threads)
         self.builder, self.log = builder, log
@@ -225,7 +228,6 @@ class LatencyTables:
         return MODELS[model]['baseline'] if kind == 'pruned' else search_config(model, kind)
 
     def path(self, model: str, kind: str) -> str:
-        from .latency_io import table_file_name
         return osp.abspath(osp.join(self.folder, table_file_name(
             model, TABLE_VARIANTS[kind], self.shape, self.batch, self.threads, 'cpu', 'fp32',
             self.select_hidden.get(model, False))))
@@ -233,8 +235,6 @@ class LatencyTables:
     def _measure(self, sup, base, size) -> dict:
         if self.builder is not None:
             return self.builder(sup, base, size)
-        from mmdcs.analysis.latency import keep_freed_memory
-        from .latency_io import measure_table
         keep_freed_memory()  # as tools/analysis/latency_table.py (process-wide)
         return measure_table(sup, base, size, self.batch, self.threads, 'fp32', 'cpu',
                              self.rounds, self.multiple_of, 0, progress=self.log)
@@ -244,9 +244,6 @@ class LatencyTables:
         ``kind`` for ``model``: read back, shared, or measured and written."""
         if (model, kind) in self._got:
             return self._got[(model, kind)]
-        from mmdcs.analysis.latency_table import load_table
-        from mmdcs.selection.latency_cost import LatencyCost
-        from .latency_io import config_backbones
         path = self.path(model, kind)
         hidden = self.select_hidden.get(model, False)
         what = (f'the latency table of {model} ({TABLE_VARIANTS[kind]}'
@@ -306,7 +303,6 @@ class LatencyTables:
         """Every table the grid needs (DCS's, KCR's, then the pruners': they may share KCR's),
         and every budget checked against each table's (predicted floor, ceiling) before any
         training: one line naming the model, the network and the bounds."""
-        from mmdcs.selection.budget import BudgetError
         kinds = [k for k in ('dcs', 'kcr', 'pruned')
                  if any(table_kind(m) == k for m in methods)]
         for model in models:
@@ -697,9 +693,6 @@ class Runner:
         batch and threads)."""
         subnet = osp.join(out, 'subnet.json')
         if not osp.exists(subnet):
-            import contextlib
-            from mmdcs.selection.importance import widths_of
-            from .export import export_subnet, train_batches
             options: Dict[str, object] = dict(seed=int(seed))
             if widths_from:
                 with open(widths_from) as f:
@@ -861,7 +854,6 @@ class Runner:
     def _latency(self, cfg: str, opts: List[str]) -> float:
         """ms/image of the pruned classifier over the baseline's (batch 16 at 64×64, 1 thread,
         interleaved rounds, median)."""
-        import torch  # lazy import: only when latencies are measured
         built = dict(pruned=self._build(cfg, opts),
                      baseline=self._build(self._baseline_of(cfg), []))
         x = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
