@@ -99,9 +99,9 @@ def _print(line: str) -> None:
 # ----------------------------------------------------------------------------- latency tables
 #: a latency comparison's hidden-unit selection per model, the same for every method (DCS's
 #: and KCR's search, the pruners' ranking): with MLP channels alone DCS's predicted latency
-#: floor at 64×64 on the 2-core Xeon of 2026-11-26 is 0.83 (DeiT-Tiny: Linear_θ and the Q/K
-#: masks make its full-width network 1.14× the baseline) and 1.09 (MobileViT-XS: every target
-#: below 1 refused); with these 0.89 (MobileViT-XS, DCS) — docs/budgets.md
+#: floor at 64×64 on the 2-core Xeon of 2026-11-26 is 0.83 (DeiT-Tiny: with Linear_θ and the
+#: Q/K masks its full-width network measured 1.14× the baseline) and 1.09 (MobileViT-XS: every
+#: target below 1 refused); with these 0.89 (MobileViT-XS, DCS) — docs/budgets.md
 LATENCY_SELECT_HIDDEN = {'deit-tiny': True, 'mobilevit-xs': 'all'}
 #: where a latency comparison's tables are measured and its subnets timed: the digits' input
 #: size, batch 1, one CPU thread, fp32
