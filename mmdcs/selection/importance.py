@@ -275,10 +275,13 @@ def widths_subnet(model: nn.Module, family: str, arch: str, variant: str, cost,
         raise BudgetError(f'{method}: the widths name blocks {sorted(kept)[:3]}... and modules '
                           f'{sorted(hidden_kept)[:3]}...; the model has {sorted(cost.dims)[:3]}'
                           f'... and {sorted(cost.hidden_dims)[:3]}...')
-    for n, w in list(kept.items()) + list(hidden_kept.items()):
-        dim = cost.dims.get(n, cost.hidden_dims.get(n))
-        if not 1 <= int(w) <= dim:
-            raise BudgetError(f'{method}: {n} keeps {w} of {dim}')
+    # a block's MLP selected over channels × hidden units names both units by its path: each
+    # width against its own unit's full width
+    for what, widths, dims in (('channels', kept, cost.dims),
+                               ('hidden units', hidden_kept, cost.hidden_dims)):
+        for n, w in widths.items():
+            if not 1 <= int(w) <= dims[n]:
+                raise BudgetError(f'{method}: {n} keeps {w} of {dims[n]} {what}')
     full_hidden = dict(cost.hidden_dims, **hidden_kept)
     achieved = cost.at(kept, full_hidden)
     if achieved > budget * (1 + 1e-9) or budget - achieved > 0.01 * cost.baseline:
