@@ -1,6 +1,6 @@
 """The export's pruners besides α and magnitude (mmdcs.selection.importance): uniform widths,
 random channels at given widths, first-order Taylor importance, as registered scorers; each
-meets the budget within ±1 %."""
+meets the budget within ±1 % (uniform at or below it)."""
 import pytest
 import torch
 import torch.nn as nn
@@ -116,6 +116,15 @@ def test_widths_off_the_budget_are_refused():
         widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.9, dict(a=2, b=2))
     with pytest.raises(BudgetError, match='keeps 100 of 96'):
         widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.9, dict(a=100, b=2))
+    # another export's widths a little above the budget (within ±1 %, as budget_subnet may
+    # end): accepted; 2 % above: refused
+    kept, _, _ = uniform_widths(cost, cost.check_target(0.7, 'x'))
+    ratio = cost.ratio(cost.at(kept))
+    above = dict(kept, a=kept['a'] + 1)  # one channel of a: 64 of 11,772
+    assert 0.7 < cost.ratio(cost.at(above)) <= 0.71
+    widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.7, above)
+    with pytest.raises(BudgetError, match='not within ±1 %'):
+        widths_subnet(model, 'toy', 'x', 'dcs', cost, ratio - 0.02, kept)
 
 
 def test_taylor_scores_are_the_sum_of_abs_weight_times_gradient():
