@@ -266,8 +266,8 @@ def widths_subnet(model: nn.Module, family: str, arch: str, variant: str, cost,
     ``hidden_kept[module]`` hidden units; default: all), the channels of largest score kept
     (default: the first ones). :class:`BudgetError` (one line) when the widths do not fit the
     model or their count is not within ±1 % of the baseline of ``target`` (a ratio of the
-    baseline's count; :func:`uniform_widths` keeps it at or below); ``meta['budget']`` records target and achieved like
-    :func:`~mmdcs.selection.budget.budget_subnet`."""
+    baseline's count; :func:`uniform_widths` keeps it at or below); ``meta['budget']``
+    records target and achieved like :func:`~mmdcs.selection.budget.budget_subnet`."""
     name = f'--target-{cost.resource}'
     budget = cost.check_target(target, name, multiple_of)
     hidden_kept = dict(hidden_kept or {})
