@@ -1,6 +1,7 @@
 # mmdcs: the two commands of the README, and the set-up they share.
 #   make demo   search -> export -> retrain -> downstream demo on the embedded digits data
 #   make test   the whole test suite
+#   make demo-latency   the same at an equal latency target (tables measured first)
 #   make demo-peers   DCS, KCR, OFB and DynamicViT compared on DeiT-Tiny (same data and schedule)
 #   make compare   DCS, KCR, magnitude and uniform pruning of DeiT-Tiny at 0.9 and 0.7 FLOPs,
 #                  3 seeds (tools/analysis/compare_methods.py; resumable, work_dirs/compare)
@@ -15,13 +16,17 @@ export MMDCS_VENV := $(VENV)
 # pytest workers (2 cores here); set PYTEST_WORKERS=0 to run in one process
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup demo demo-peers compare compare-pretrained test clean-venv
+.PHONY: setup demo demo-latency demo-peers compare compare-pretrained test clean-venv
 
 setup:
 	@bash tools/setup_env.sh
 
 demo: setup
-	$(PY) tools/demo.py
+	$(PY) tools/demo.py --resource flops
+
+# the same comparison at an equal latency target (tables measured here first)
+demo-latency: setup
+	$(PY) tools/demo.py --resource latency
 
 demo-peers: setup
 	$(PY) tools/demo.py --peers

@@ -1,18 +1,27 @@
 """The main job of mmdcs, end to end on the embedded digits data (CPU, 2 cores):
 
   1. data: build the digits datasets (classification + detection/segmentation scenes);
+     latency tables: MobileViT-XS's at 64×64 on this CPU (batch 1, one thread), for DCS's and
+     KCR's supernets with hidden-unit selection ``'all'`` (MLP channels × hidden units, the MV2
+     blocks' expanded channels); magnitude pruning prunes KCR's network and shares its table;
   2. baseline: train and evaluate a MobileViT-XS classifier;
-  3. DCS: search a DCS-MobileViT-XS supernet aimed at a FLOPs budget (the search config's
-     ``cost.target``: alternating weight/α steps, a Lagrange multiplier, τ decay), export the
-     subnet at exactly that budget, retrain it with the IB bound (EMA weights), evaluate;
+  3. DCS: search a DCS-MobileViT-XS supernet aimed at a latency target predicted by its table
+     (alternating weight/α steps, a Lagrange multiplier, τ decay), export the subnet at that
+     predicted latency, measure it against the baseline, retrain it with the IB bound (EMA
+     weights), evaluate;
   4. KCR: the same with a KCR supernet and the KCR loss;
-  5. magnitude: the baseline to beat, at the same budget: the trained baseline's MLP channels
-     ranked by weight norm per unit of FLOPs (``export_subnet.py --method magnitude``),
-     retrained on the same schedule (cross-entropy only), evaluated;
+  5. magnitude: the baseline to beat, at the same latency target: the trained baseline's MLP
+     channels and hidden units ranked by weight norm per unit of predicted latency
+     (``export_subnet.py --method magnitude``), retrained on the same schedule (cross-entropy
+     only), evaluated;
   6. downstream: fine-tune an SSDLite detector and a Semantic-FPN segmenter on the digit scenes
      with the DCS subnet as backbone (built from the exported file, initialised from the
      retrained classifier), and report their COCO mAP (mmdet's CocoMetric) and mIoU;
-  7. print the tables: params, FLOPs, val top-1, the IB / kernel-complexity reports; mAP, mIoU.
+  7. print the tables: params, FLOPs, predicted and measured latency ratios, val top-1, the IB /
+     kernel-complexity reports; mAP, mIoU.
+
+``--resource flops`` runs the earlier demo instead: every method at the search configs' FLOPs
+budget (0.92), MLP channels only.
 
 While a step runs, one line shows where it is (epoch / iteration of that step, elapsed time and
 mmengine's ETA). The val top-1 of a run is its last validation (the EMA weights where the config
@@ -29,6 +38,7 @@ a table of params, FLOPs, CPU latency and top-1 of every final model.
 import argparse
 import contextlib
 import json
+import math
 import os
 import os.path as osp
 import re
@@ -43,8 +53,8 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int,  # noqa: E402
-                               user_errors)
+from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
+                               positive_int, user_errors)
 from mmdcs.analysis.plots import last_validation  # noqa: E402
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
@@ -161,6 +171,13 @@ def last_scalars(work_dir):
 
 
 ARCH_LABELS = {'mobilevit-xs': 'MobileViT-XS', 'deit-tiny': 'DeiT-Tiny'}
+#: the demo's latency target (of the baseline backbone, predicted by the tables): above every
+#: method's predicted floor at 64×64 (DCS 0.89, KCR and magnitude 0.84 on the 2-core Xeon of
+#: 2026-11-26; DCS's full-width network is 1.08× the baseline measured, 1.14× predicted: Linear_θ
+#: and the Q/K masks)
+DEMO_LATENCY = 0.95
+#: how far above the highest floor a target must be (else it is raised, and said)
+FLOOR_MARGIN = 0.02
 
 
 class Demo:
@@ -176,6 +193,10 @@ class Demo:
         #: row name → (config, cfg-options) of the main table's classifiers, for the latency
         self.models = {}
         self.peer_rows = []
+        #: a latency demo's tables (mmdcs.apis.compare.LatencyTables) and target
+        self.tables, self.latency_target = None, None
+        #: tag → the exported subnet's budget record (FLOPs ratio, latency predicted/measured)
+        self.budgets = {}
 
     def images(self):
         n = self.args.train_images
@@ -217,16 +238,78 @@ class Demo:
         from mmengine.config import Config
         return Config.fromfile(osp.join(ROOT, search_cfg)).model.cost.target.flops
 
-    def export(self, tag, config, checkpoint, target, method='alpha'):
-        """subnet.json at ``target`` of the baseline FLOPs (:func:`mmdcs.apis.export.
-        export_subnet`, in this process; its report goes to the step's log); returns (path,
-        kept channels, channels)."""
+    def budget(self, search_cfg):
+        """The budget every method meets: the latency target (a latency demo), or the FLOPs
+        budget of the demo search config (:meth:`target`)."""
+        return self.latency_target if self.tables is not None else self.target(search_cfg)
+
+    @property
+    def resource(self):
+        return 'latency' if self.tables is not None else 'flops'
+
+    def latency_tables(self, arch='mobilevit-xs', tables=None):
+        """The latency tables of ``arch`` at 64×64 on this CPU (batch 1, one thread; kept in
+        WORK/latency_tables and read back by a second run) and the demo's latency target:
+        ``--target-latency``, raised above every table's predicted floor where it is not.
+        ``tables``: a :class:`~mmdcs.apis.compare.LatencyTables` (default: measured here)."""
+        from mmdcs.apis.compare import TABLE_VARIANTS, LatencyTables
+        from mmdcs.apis.launch import UserError
+        print(f'== 1b. latency tables: {ARCH_LABELS[arch]} at 64×64 on this CPU (batch 1, 1 '
+              'thread), DCS\'s and KCR\'s supernets with hidden-unit selection \'all\' '
+              '(magnitude prunes KCR\'s network: the same table)', flush=True)
+        self.tables = tables or LatencyTables(
+            osp.join(self.work, 'latency_tables'),
+            log=lambda line: None if 'grid point' in line else print('  ' + line, flush=True))
+        floors, ceilings = [], []
+        try:
+            for kind in ('dcs', 'kcr', 'pruned'):
+                t0 = time.time()
+                path, cost = self.tables.get(arch, kind)
+                floor = cost.ratio(cost.floor_at(self.tables.multiple_of))
+                full = cost.ratio(cost.ceiling)
+                floors.append(floor)
+                ceilings.append(min(1., full))
+                print(f'  {TABLE_VARIANTS[kind]}: {osp.relpath(path, ROOT)}: predicted floor '
+                      f'{floor:.3f}, full width {full:.3f} of the baseline '
+                      f'({cost.baseline:.2f} ms; {time.time() - t0:.0f} s)', flush=True)
+        except UserError as e:
+            sys.exit(f'demo step failed: {e}')
+        target = self.args.target_latency
+        low = max(floors) + FLOOR_MARGIN
+        if target < low:
+            target = math.ceil(round(low * 100, 6)) / 100
+            print(f'  --target-latency {self.args.target_latency} is below a predicted floor '
+                  f'(+{FLOOR_MARGIN}) on this CPU: the demo aims at {target} instead',
+                  flush=True)
+        if target >= min(ceilings):
+            sys.exit(f'demo step failed: no latency target fits every method on this CPU '
+                     f'(floors {", ".join(f"{f:.3f}" for f in floors)}, ceilings '
+                     f'{", ".join(f"{c:.3f}" for c in ceilings)})')
+        self.latency_target = target
+        print(f'  every method aims at {target} of the baseline\'s latency', flush=True)
+
+    def export(self, tag, config, checkpoint, target, method='alpha', kind=None,
+               cfg_options=None):
+        """subnet.json at ``target`` of the baseline FLOPs, or of its latency predicted by the
+        table of ``kind`` (then measured against the baseline with the table's clock)
+        (:func:`mmdcs.apis.export.export_subnet`, in this process; its report goes to the
+        step's log); returns (path, kept channels, channels)."""
+        from mmdcs.apis.compare import clock_timer
         from mmdcs.apis.export import export_subnet
         from mmdcs.apis.launch import UserError
         subnet_dir = osp.join(self.work, f'{tag}_subnet')
         log_path = osp.join(self.work, f'{tag}_export.log')
+        kw = dict(target=('flops', float(target)))
+        if self.tables is not None:
+            table, _ = self.tables.get('mobilevit-xs', kind)
+            kw = dict(target=('latency', float(target)), cost_options=dict(latency_table=table),
+                      multiple_of=self.tables.multiple_of, measure=True,
+                      measure_options=dict(timer=clock_timer(self.tables.clock)))
         print(f'$ export_subnet({config}, {osp.relpath(checkpoint, ROOT)}, '
-              f'target=(flops, {target}), method={method})', flush=True)
+              f'target=({self.resource}, {target}), method={method}'
+              + (f', latency_table={osp.relpath(table, ROOT)}' if self.tables is not None
+                 else '') + (f', cfg_options={cfg_options}' if cfg_options else '') + ')',
+              flush=True)
         t0 = time.time()
         # the step's log: not through a symlink planted under its name (as run() writes it);
         # what the libraries print while exporting goes there too
@@ -235,7 +318,7 @@ class Demo:
             try:
                 with contextlib.redirect_stdout(log):
                     result = export_subnet(osp.join(ROOT, config), checkpoint, subnet_dir,
-                                           method=method, target=('flops', float(target)))
+                                           method=method, cfg_options=cfg_options, **kw)
             except (UserError, ValueError) as e:
                 sys.exit(f'demo step failed: the export of {tag}: {e}')
             log.write('\n'.join(result.lines + result.warnings) + '\n')
@@ -246,11 +329,26 @@ class Demo:
             spec = json.load(f)
         kept = sum(b['kept'] for b in spec['blocks'])
         total = sum(b['dim'] for b in spec['blocks'])
-        achieved = spec['meta']['budget']['measured']['flops']['ratio']
+        budget = spec['meta']['budget']
+        achieved = budget['measured']['flops']['ratio']
+        hidden = spec.get('hidden', [])
         print(f'  subnet: {kept}/{total} MLP channels kept '
               f'({sum(b["kept"] < b["dim"] for b in spec["blocks"])}/{len(spec["blocks"])} '
-              f'blocks pruned), FLOPs {achieved:.3f} of the baseline (target {target})',
-              flush=True)
+              f'blocks pruned)'
+              + (f', {sum(b["kept"] for b in hidden)}/{sum(b["dim"] for b in hidden)} hidden '
+                 'units' if hidden else '')
+              + f', FLOPs {achieved:.3f} of the baseline'
+              + (f' (target {target})' if self.tables is None else ''), flush=True)
+        record = dict(flops_ratio=achieved)
+        if self.tables is not None:
+            t = budget['measured']['latency']
+            record.update(predicted=budget['achieved_ratio'], measured=t['ratio'])
+            print(f"  latency: predicted {budget['achieved_ratio']:.3f} of the baseline (target "
+                  f"{target}), measured {t['ratio']:.3f} ({t['pruned_ms']:.2f} / "
+                  f"{t['baseline_ms']:.2f} ms, batch {t['batch']}, {t['threads']} thread, "
+                  f"{self.tables.clock} clock, median of {t['rounds']} interleaved rounds)",
+                  flush=True)
+        self.budgets[tag] = record
         return subnet, kept, total
 
     def complexity(self, config, extra=()):
@@ -281,14 +379,24 @@ class Demo:
         tag = kind if arch == 'mobilevit-xs' else f'{kind}-{arch}'
         print(f'== {step}. {name}-{label}: search -> export -> retrain', flush=True)
         search_cfg = f'configs/demo/{kind}-{arch}_search_digits.py'
-        search_dir = self.train(f'{tag}_search', search_cfg, self.args.epochs)
+        search_opts = []
+        if self.tables is not None:
+            from mmdcs.apis.compare import budget_options
+            search_opts = budget_options(self.latency_target, self.tables, arch, kind)
+        search_dir = self.train(f'{tag}_search', search_cfg, self.args.epochs, search_opts)
         scalars = last_scalars(search_dir)
         if 'arch_cost_ratio_kept' in scalars:
+            what = 'predicted latency' if self.tables is not None else 'FLOPs'
             print(f"  search ended at {scalars['arch_cost_ratio_kept']:.3f} of the baseline "
-                  f'FLOPs (target {self.target(search_cfg)}; μ = '
+                  f'{what} (target {self.budget(search_cfg)}; μ = '
                   f"{scalars.get('arch_cost_mu', float('nan')):.3g})", flush=True)
+        model_opts = {}
+        if search_opts:  # the export builds the supernet the search trained
+            from mmdcs.apis.compare import Runner
+            model_opts = Runner._as_dict(search_opts)
         subnet, kept, total = self.export(tag, search_cfg, last_checkpoint(search_dir),
-                                          self.target(search_cfg))
+                                          self.budget(search_cfg), kind=kind,
+                                          cfg_options=model_opts or None)
         retrain_cfg = f'configs/demo/{kind}-{arch}_retrain_digits.py'
         # CE alone for the first half of the epochs, then CE + η·(IB or KCR) (t_warm, method.md §4)
         opts = [f'model.backbone.subnet={subnet}',
@@ -307,6 +415,7 @@ class Demo:
                       if 'kcr_kc' in scalars else 'n/a')
         (self.rows if rows is None else rows).append(
             (f'{name}-{label} ({kept}/{total} channels)', params, flops, top1, report))
+        self.budgets[(self.rows if rows is None else rows)[-1][0]] = self.budgets.get(tag)
         return retrain_cfg, opts, retrain_dir
 
     def magnitude(self, base_cfg, base_dir, arch='mobilevit-xs', step=5, rows=None):
@@ -314,11 +423,14 @@ class Demo:
         budget of the DCS/KCR searches, retrained on their schedule (cross-entropy only)."""
         label = ARCH_LABELS[arch]
         tag = 'magnitude' if arch == 'mobilevit-xs' else f'magnitude-{arch}'
-        target = self.target(f'configs/demo/dcs-{arch}_search_digits.py')
+        target = self.budget(f'configs/demo/dcs-{arch}_search_digits.py')
         print(f'== {step}. magnitude-pruned {label} (the baseline to beat): export at the same '
-              'budget -> retrain', flush=True)
-        subnet, kept, total = self.export(tag, base_cfg, last_checkpoint(base_dir), target,
-                                          'magnitude')
+              f'{self.resource} budget -> retrain', flush=True)
+        hidden = (self.tables.options(arch, 'pruned').get('model.backbone.select_hidden')
+                  if self.tables is not None else None)
+        subnet, kept, total = self.export(
+            tag, base_cfg, last_checkpoint(base_dir), target, 'magnitude', kind='pruned',
+            cfg_options={'model.backbone.select_hidden': hidden} if hidden else None)
         retrain_cfg = f'configs/demo/magnitude-{arch}_retrain_digits.py'
         opts = [f'model.backbone.subnet={subnet}']
         retrain_dir = self.train(f'{tag}_retrain', retrain_cfg, self.args.epochs, opts)
@@ -326,6 +438,7 @@ class Demo:
         params, flops = self.complexity(retrain_cfg, opts)
         (self.rows if rows is None else rows).append(
             (f'magnitude-{label} ({kept}/{total} channels)', params, flops, top1, '—'))
+        self.budgets[(self.rows if rows is None else rows)[-1][0]] = self.budgets.get(tag)
         return retrain_cfg, opts, retrain_dir
 
     def downstream(self):
@@ -425,7 +538,7 @@ class Demo:
 
     def table(self):
         if self.peer_rows:
-            target = self.target('configs/demo/dcs-deit-tiny_search_digits.py')
+            target = self.budget('configs/demo/dcs-deit-tiny_search_digits.py')
             print('\n== DCS, KCR, magnitude pruning (all three at '
                   f'{target} of the baseline FLOPs), OFB and DynamicViT on DeiT-Tiny (digits val '
                   f'set, 64×64, {self.args.epochs} epochs per run{self.images()}; FLOPs by '
@@ -438,21 +551,41 @@ class Demo:
                       f'{note} |')
         if not self.rows:
             return
-        target = self.target('configs/demo/dcs-mobilevit-xs_search_digits.py')
+        target = self.budget('configs/demo/dcs-mobilevit-xs_search_digits.py')
+        if self.tables is not None:
+            what = (f'{target} of the baseline\'s latency predicted by latency tables measured '
+                    'here (64×64, batch 1, 1 thread; hidden-unit selection \'all\')')
+        else:
+            what = f'{target} of the baseline FLOPs'
         print('\n== results (digits val set, 64×64, '
               f'{self.args.epochs} epochs per run{self.images()}; FLOPs counted by '
               'mmengine.analysis; DCS, KCR '
-              f'and magnitude pruning at {target} of the baseline FLOPs, retrained on one '
-              'schedule)')
+              f'and magnitude pruning at {what}, retrained on one schedule)')
         ms = self.latencies(self.models) if self.models else [float('nan')] * len(self.rows)
-        print('| model | params (M) | FLOPs (M) | latency (ms/img) | val top-1 (%) | '
-              'IB / KC (last epoch) |')
-        print('|---|---|---|---|---|---|')
+        lat = self.tables is not None
+        print('| model | params (M) | FLOPs (M) | ' + (
+            'FLOPs ratio | latency ratio: predicted → measured | ' if lat else '')
+            + 'latency (ms/img) | val top-1 (%) | IB / KC (last epoch) |')
+        print('|---|---|---|---|---|---|' + ('---|---|' if lat else ''))
+        base_flops = self.rows[0][2]
         for (name, params, flops, top1, report), t in zip(self.rows, ms):
-            print(f'| {name} | {params:.3f} | {flops:.1f} | {t:.2f} | {top1:.2f} | {report} |')
+            extra = ''
+            if lat:
+                b = self.budgets.get(name)
+                extra = (f'{flops / base_flops:.3f} | '
+                         + (f"{b['predicted']:.3f} → {b['measured']:.3f}" if b else '1 → 1')
+                         + ' | ')
+            print(f'| {name} | {params:.3f} | {flops:.1f} | {extra}{t:.2f} | {top1:.2f} | '
+                  f'{report} |')
+        if lat:
+            clock = self.tables.clock + (' (the thread\'s CPU time, as the tables)'
+                                         if self.tables.clock == 'thread' else '')
+            print(f'(latency ratio: of the backbone to the baseline backbone, predicted by the '
+                  f'table, measured by the export: batch 1, 1 thread, {clock} clock, median of '
+                  '21 interleaved rounds)')
         if self.models:
-            print('(latency: CPU, eval, batch 16 at 64×64, 1 thread, median of interleaved '
-                  'rounds)')
+            print('(latency (ms/img): the whole classifier, CPU, eval, batch 16 at 64×64, 1 '
+                  'thread, wall clock, median of interleaved rounds)')
         if self.downstream_rows:
             print('\n| downstream (digit scenes, 128×128, DCS-MobileViT-XS subnet backbone) '
                   '| metric | value |')
@@ -482,6 +615,12 @@ def main(argv=None):
                         help='instead of the main job: compare DCS, KCR, magnitude pruning, OFB '
                         'and DynamicViT on DeiT-Tiny (same data, epochs, weight lr); prints '
                         'params, FLOPs, CPU latency and top-1 of each final model')
+    parser.add_argument('--resource', choices=('latency', 'flops'), default='latency',
+                        help='the main demo\'s budget: an equal latency target predicted by '
+                        'tables measured here (default), or the search configs\' FLOPs budget')
+    parser.add_argument('--target-latency', type=positive_float, default=DEMO_LATENCY,
+                        metavar='R', help='the latency target of every method (default: '
+                        '%(default)s; raised above the tables\' predicted floors where needed)')
     parser.add_argument('--quick', action='store_true',
                         help='a smoke run of every step: 1 epoch of each classification run, '
                         '1 detection epoch, 20 segmentation iterations')
@@ -503,6 +642,8 @@ def main(argv=None):
     if args.peers:
         demo.peers()
     else:
+        if args.resource == 'latency':
+            demo.latency_tables()
         base_cfg, base_dir = demo.baseline()
         for run_step in (lambda: demo.method('dcs'), lambda: demo.method('kcr'),
                          lambda: demo.magnitude(base_cfg, base_dir)):

@@ -20,20 +20,33 @@ is not run again (resumable); results of other settings in the same file are ref
 overwritten. :func:`aggregate` and :func:`paired_differences` are the statistics of
 ``DIR/summary.md``.
 """
+import contextlib
 import json
 import math
 import os
 import os.path as osp
+import statistics
 import subprocess
 import sys
 import time
 from collections import OrderedDict, defaultdict
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+import torch
+
 from mmdcs.analysis.complexity import count_flops, count_params
-from mmdcs.analysis.latency import time_models
+from mmdcs.analysis.latency import keep_freed_memory, num_threads, time_models
+from mmdcs.analysis.latency_table import (WallTimer, _rounds, _units, default_clock, load_table,
+                                          pruned_copy)
 from mmdcs.analysis.plots import last_validation
+from mmdcs.models.counting import distinct_halves
+from mmdcs.selection import file_sha256
+from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError
+from mmdcs.selection.importance import widths_of
+from mmdcs.selection.latency_cost import LatencyCost, selection_options
+from .export import export_subnet, train_batches
 from .launch import UserError
+from .latency_io import config_backbones, measure_table, table_file_name
 from .outputs import write_json, write_texts
 from .subnet_io import build_model, load_task_config
 
@@ -54,6 +67,9 @@ RETRAIN = ('default', 'ce-only')
 #: the reference of the paired differences
 REFERENCE = 'magnitude'
 RESULTS_VERSION = 1
+#: the architecture optimiser's lr of the demo search configs (configs/_base_/schedules/
+#: demo_search.py) and its cosine schedule's floor as a share of it (eta_min = lr / 10)
+ARCH_LR_ETA_MIN_SHARE = 0.1
 
 
 def search_config(model: str, method: str, pretrained: bool = False) -> str:
@@ -78,6 +94,226 @@ def retrain_config(model: str, method: str, retrain: str = 'default',
 
 def _print(line: str) -> None:
     print(line, flush=True)
+
+
+# ----------------------------------------------------------------------------- latency tables
+#: a latency comparison's hidden-unit selection per model, the same for every method (DCS's
+#: and KCR's search, the pruners' ranking): with MLP channels alone DCS's predicted latency
+#: floor at 64×64 on the 2-core Xeon of 2026-11-26 is 0.83 (DeiT-Tiny: with Linear_θ and the
+#: Q/K masks its full-width network measured 1.14× the baseline) and 1.09 (MobileViT-XS: every
+#: target below 1 refused); with these 0.89 (MobileViT-XS, DCS) — docs/budgets.md
+LATENCY_SELECT_HIDDEN = {'deit-tiny': True, 'mobilevit-xs': 'all'}
+#: where a latency comparison's tables are measured and its subnets timed: the digits' input
+#: size, batch 1, one CPU thread, fp32
+LATENCY_SHAPE = (64, 64)
+#: the network each method exports, by the table it aims with: DCS's supernet, KCR's, and the
+#: baseline ranked by a pruner (variant dcs-arch2: MLP channel selection only)
+TABLE_VARIANTS = {'dcs': 'dcs', 'kcr': 'kcr', 'pruned': 'dcs-arch2'}
+
+
+def clock_timer(clock: str = 'thread') -> Callable:
+    """A replacement of :func:`mmdcs.analysis.latency.time_models` (its signature and result
+    keys) that reads ``clock`` (:data:`mmdcs.analysis.latency_table.CLOCKS`): ``'thread'``, the
+    calling thread's CPU time — what a one-thread latency table is measured with, without the
+    time a shared machine's scheduler gives other processes (on a quiet machine the wall clock
+    agrees). Interleaved rounds (the order reversed every other round), medians; glibc keeps
+    freed memory, as while a table is measured (:func:`mmdcs.analysis.latency.
+    keep_freed_memory`: process-wide)."""
+    def timer(models, x, warmup: int = 3, repeats: int = 21, threads: Optional[int] = None):
+        keep_freed_memory()
+        fns = {k: ((lambda m=m: m(x)), m.eval()) for k, m in models.items()}
+        with num_threads(threads):
+            ms = _rounds(fns, repeats, warmup, WallTimer(clock=clock))
+        return {k: dict(median_ms=statistics.median(v), threads=threads, device=str(x.device),
+                        clock=clock) for k, v in ms.items()}
+    return timer
+
+
+def table_kind(method: str) -> str:
+    """The latency table a method aims with: its own supernet's (DCS, KCR) or the pruners'."""
+    return method if method in SEARCHED else 'pruned'
+
+
+#: modules that compute nothing in eval mode (the identity): equal for :func:`same_network`
+_EVAL_IDENTITY = ('Identity', 'DropPath', 'Dropout', 'Dropout1d', 'Dropout2d')
+
+
+def _signature(net) -> list:
+    """Module names, types and parameter / buffer shapes of a network (what its time depends
+    on; a drop-path or dropout, the identity in eval mode, counts as the identity)."""
+    return [(n, 'Identity' if type(m).__name__ in _EVAL_IDENTITY else type(m).__name__,
+             [tuple(p.shape) for p in m.parameters(recurse=False)],
+             [tuple(b.shape) for b in m.buffers(recurse=False)]) for n, m in net.named_modules()]
+
+
+def same_network(a, b) -> bool:
+    """Whether two supernets of one arch prune to the same network (the same modules, types
+    and shapes at full width and at a probe width distinct per unit, the same selection
+    options): then one latency table times both (KCR and the pruners' dcs-arch2 share their
+    structure, models/backbones/base.py's VARIANTS)."""
+    if (getattr(a, 'arch', None) != getattr(b, 'arch', None)
+            or selection_options(a) != selection_options(b)):
+        return False
+    try:
+        dims, hdims = _units(a)
+        if (dims, hdims) != _units(b):
+            return False
+    except ValueError:
+        return False
+    probe = dict([((CHANNELS, n), w) for n, w in distinct_halves(dims).items()]
+                 + [((HIDDEN, k), w) for k, w in distinct_halves(hdims).items()])
+    cpu = torch.device('cpu')
+    return all(_signature(pruned_copy(a, w, cpu, torch.float32))
+               == _signature(pruned_copy(b, w, cpu, torch.float32)) for w in ({}, probe))
+
+
+def budget_options(budget: float, tables: Optional['LatencyTables'] = None,
+                   model: Optional[str] = None, method: Optional[str] = None) -> List[str]:
+    """--cfg-options that aim a demo search config (DCS or KCR) at ``budget``: of the
+    baseline's FLOPs, or with ``tables`` of its latency predicted by ``model``'s table for
+    ``method`` (the config's FLOPs target set to None, the table, the model's hidden-unit
+    selection)."""
+    if tables is None:
+        return [f'model.cost.target.flops={float(budget)!r}']
+    path, _ = tables.get(model, table_kind(method))
+    return ['model.cost.target.flops=None', f'model.cost.target.latency={float(budget)!r}',
+            f'model.cost.latency_table={path}'] + [
+        f'{k}={v}' for k, v in tables.options(model, method).items()]
+
+
+class LatencyTables:
+    """The latency tables of a latency comparison: per model, one per network the methods
+    export (DCS's supernet, KCR's, the pruners' dcs-arch2), each with the model's hidden-unit
+    selection (:data:`LATENCY_SELECT_HIDDEN`), at 64×64, batch 1, one thread, on this CPU
+    (:func:`mmdcs.apis.latency_io.measure_table`), written to ``folder`` and read back on a
+    resumed run (checked against the supernet). The pruners' table is KCR's when the two
+    networks are the same (:func:`same_network`; recorded under ``measured_as``). A table that
+    cannot be built or read, or a budget outside a table's (predicted floor, ceiling), is one
+    :class:`UserError` line.
+
+    ``builder(supernet, baseline, (H, W)) -> table`` replaces the measurement (tests: a
+    synthetic timer)."""
+
+    def __init__(self, folder: str, select_hidden: Optional[dict] = None, batch: int = 1,
+                 threads: int = 1, rounds: int = 5, multiple_of: int = 8,
+                 builder: Optional[Callable] = None, log: Callable[[str], None] = _print):
+        self.folder = folder
+        self.select_hidden = dict(LATENCY_SELECT_HIDDEN, **(select_hidden or {}))
+        self.batch, self.threads, self.rounds = int(batch), int(threads), int(rounds)
+        self.multiple_of, self.shape = int(multiple_of), LATENCY_SHAPE
+        #: the clock of the tables and of the subnets' measurement
+        self.clock = default_clock('cpu', self.threads)
+        self.builder, self.log = builder, log
+        self._got: Dict[Tuple[str, str], Tuple[str, object]] = {}
+        self.shared: Dict[str, str] = {}  # model -> the table the pruners share
+
+    def settings(self) -> dict:
+        """What every row of one results.json shares about its latency tables."""
+        return dict(input_shape=list(self.shape), batch=self.batch, threads=self.threads,
+                    multiple_of=self.multiple_of, device='cpu', dtype='fp32', clock=self.clock,
+                    select_hidden=dict(sorted(self.select_hidden.items())))
+
+    def options(self, model: str, kind: str) -> Dict[str, object]:
+        """``--cfg-options`` of the network of ``kind`` (with :meth:`config`)."""
+        opts: Dict[str, object] = {}
+        if kind == 'pruned':
+            opts['model.backbone.variant'] = TABLE_VARIANTS['pruned']
+        hidden = self.select_hidden.get(model, False)
+        if hidden:
+            opts['model.backbone.select_hidden'] = hidden
+        return opts
+
+    @staticmethod
+    def config(model: str, kind: str) -> str:
+        return MODELS[model]['baseline'] if kind == 'pruned' else search_config(model, kind)
+
+    def path(self, model: str, kind: str) -> str:
+        return osp.abspath(osp.join(self.folder, table_file_name(
+            model, TABLE_VARIANTS[kind], self.shape, self.batch, self.threads, 'cpu', 'fp32',
+            self.select_hidden.get(model, False))))
+
+    def _measure(self, sup, base, size) -> dict:
+        if self.builder is not None:
+            return self.builder(sup, base, size)
+        keep_freed_memory()  # as tools/analysis/latency_table.py (process-wide)
+        return measure_table(sup, base, size, self.batch, self.threads, 'fp32', 'cpu',
+                             self.rounds, self.multiple_of, 0, progress=self.log)
+
+    def get(self, model: str, kind: str):
+        """(path, :class:`~mmdcs.selection.latency_cost.LatencyCost`) of the table of
+        ``kind`` for ``model``: read back, shared, or measured and written."""
+        if (model, kind) in self._got:
+            return self._got[(model, kind)]
+        path = self.path(model, kind)
+        hidden = self.select_hidden.get(model, False)
+        what = (f'the latency table of {model} ({TABLE_VARIANTS[kind]}'
+                f'{f", select_hidden={hidden}" if hidden else ""}, '
+                f'{self.shape[0]}x{self.shape[1]}, batch {self.batch}, {self.threads} thread(s))')
+        try:
+            sup, base, size, _ = config_backbones(osp.join(ROOT, self.config(model, kind)),
+                                                  self.shape, self.options(model, kind))
+            if osp.exists(path):
+                table = load_table(path)
+                self.log(f'{model}: {what}: {path}')
+            else:
+                table = None
+                if kind == 'pruned' and (model, 'kcr') in self._got:
+                    kcr_path, kcr_cost = self._got[(model, 'kcr')]
+                    kcr_sup = config_backbones(osp.join(ROOT, self.config(model, 'kcr')),
+                                               self.shape, self.options(model, 'kcr'))[0]
+                    if same_network(sup, kcr_sup):
+                        table = dict(kcr_cost.table, variant=TABLE_VARIANTS['pruned'],
+                                     measured_as=dict(
+                                         variant='kcr', file=osp.basename(kcr_path),
+                                         sha256=file_sha256(kcr_path),
+                                         note='the same network as the kcr supernet\'s (module '
+                                              'types and shapes at full and probe widths): '
+                                              'its table, relabelled'))
+                        self.log(f'{model}: {what}: the kcr table (the same network)')
+                if table is None:
+                    self.log(f'{model}: measuring {what} ...')
+                    table = self._measure(sup, base, size)
+                    table['config'] = self.config(model, kind)
+                    table['cfg_options'] = self.options(model, kind)
+                os.makedirs(self.folder, exist_ok=True)
+                write_json(path, table)
+            cost = LatencyCost.from_table(table, sup, size)
+        except UserError as e:
+            raise UserError(f'--resource latency: {what}: {e}') from e
+        except (ValueError, KeyError, RuntimeError, OSError, TypeError) as e:
+            raise UserError(f'--resource latency: cannot build or read {what} ({path}): '
+                            f'{e}') from e
+        if table.get('measured_as'):
+            self.shared[model] = table['measured_as']['variant']
+        self._got[(model, kind)] = (path, cost)
+        return path, cost
+
+    def identity(self, model: str, kind: str) -> dict:
+        """A row's record of its table: the file (relative to ``folder``'s parent), its
+        sha256, the table's CPU and baseline."""
+        path, cost = self.get(model, kind)
+        t = cost.table
+        return dict(file=osp.relpath(path, osp.dirname(osp.abspath(self.folder))),
+                    sha256=file_sha256(path), variant=t.get('variant'),
+                    measured_as=(t.get('measured_as') or {}).get('variant'),
+                    device_name=t.get('device_name'), baseline_ms=t.get('baseline_ms'))
+
+    def prepare(self, models: Sequence[str], methods: Sequence[str],
+                budgets: Sequence[float]) -> None:
+        """Every table the grid needs (DCS's, KCR's, then the pruners': they may share KCR's),
+        and every budget checked against each table's (predicted floor, ceiling) before any
+        training: one line naming the model, the network and the bounds."""
+        kinds = [k for k in ('dcs', 'kcr', 'pruned')
+                 if any(table_kind(m) == k for m in methods)]
+        for model in models:
+            for kind in kinds:
+                _, cost = self.get(model, kind)
+                for b in budgets:
+                    try:
+                        cost.check_target(float(b), '--budgets', self.multiple_of)
+                    except BudgetError as e:
+                        raise UserError(f'--resource latency: {model} ({TABLE_VARIANTS[kind]}): '
+                                        f'{e}') from e
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -107,7 +343,7 @@ def aggregate(rows: Iterable[dict]) -> Dict[tuple, dict]:
         rs = sorted(groups[key], key=lambda r: r['seed'])
         entry = dict(n=len(rs), seeds=[r['seed'] for r in rs])
         entry['top1'], entry['top1_std'] = mean_std([r['top1'] for r in rs])
-        for ratio in ('params_ratio', 'flops_ratio', 'latency_ratio'):
+        for ratio in ('params_ratio', 'flops_ratio', 'latency_ratio', 'predicted_latency_ratio'):
             vals = [r.get(ratio) for r in rs if r.get(ratio) is not None]
             entry[ratio], entry[ratio + '_std'] = mean_std(vals) if vals else (None, None)
         out[key] = entry
@@ -168,29 +404,53 @@ def summary_markdown(rows: List[dict], settings: dict) -> str:
     paired differences against magnitude over seeds, per regime."""
     agg = aggregate(rows)
     diffs = paired_differences(rows)
+    latency = settings.get('resource') == 'latency'
+    if latency:
+        t = settings.get('latency', {})
+        cost = ('budgets are **latency** ratios of the baseline backbone predicted by a latency '
+                'table of the network each method exports (DCS\'s supernet, KCR\'s, the '
+                'pruners\' dcs-arch2; '
+                f"{'x'.join(map(str, t.get('input_shape', [])))}, batch {t.get('batch')}, "
+                f"{t.get('threads')} thread(s), hidden-unit selection "
+                f"{t.get('select_hidden')}); \"latency\": the exported backbone measured "
+                'against the baseline backbone on this CPU (the table\'s batch and threads, '
+                f"interleaved rounds, medians, {t.get('clock', 'wall')} clock"
+                + (': the thread\'s CPU time, as the table\'s' if t.get('clock') == 'thread'
+                   else '') + '), '
+                '"predicted": the table\'s ratio; FLOPs and params of the classifier counted '
+                'by mmengine.analysis at 64×64')
+    else:
+        cost = ('ratios to the baseline classifier (FLOPs and params counted by '
+                'mmengine.analysis at 64×64, latency measured on this CPU, batch 16, 1 thread: '
+                'noisy on a shared machine)')
     lines = ['# Method comparison', '',
              f"Settings: {json.dumps(settings, sort_keys=True)}", '',
-             'Top-1 on the digits val set (%), mean ± sample std over seeds; ratios to the '
-             'baseline classifier (FLOPs and params counted by mmengine.analysis at 64×64, '
-             'latency measured on this CPU, batch 16, 1 thread: noisy on a shared machine); '
+             f'Top-1 on the digits val set (%), mean ± sample std over seeds; {cost}; '
              f'"vs {REFERENCE}": the paired top-1 difference over the seeds both have '
              '(mean ± std, seeds where the method is higher / seeds).', '']
     for regime in REGIMES:
         keys = [k for k in agg if k[0] == regime]
         if not keys:
             continue
-        lines += [f'## {regime}', '', REGIME_NOTES[regime] + '.', '',
-                  f'| model | method | budget | top-1 | seeds | FLOPs ratio | params ratio | '
-                  f'latency ratio | vs {REFERENCE} |', '|---|---|---|---|---|---|---|---|---|']
+        head = ('| model | method | budget | top-1 | seeds | latency ratio | predicted latency '
+                f'| FLOPs ratio | params ratio | vs {REFERENCE} |' if latency else
+                '| model | method | budget | top-1 | seeds | FLOPs ratio | params ratio | '
+                f'latency ratio | vs {REFERENCE} |')
+        lines += [f'## {regime}', '', REGIME_NOTES[regime] + '.', '', head,
+                  '|---|---|---|---|---|---|---|---|---|' + ('---|' if latency else '')]
         for k in keys:
             a = agg[k]
             d = diffs.get(k)
             vs = (f"{_pm(d['mean'], d['std'])} ({d['wins']}/{d['n']})" if d else '—')
-            lines.append(
-                f"| {MODELS.get(k[1], {}).get('label', k[1])} | {k[2]} | {k[3]:g} | "
-                f"{_pm(a['top1'], a['top1_std'])} | {a['n']} | "
-                f"{_pm(a['flops_ratio'], None, 3)} | {_pm(a['params_ratio'], None, 3)} | "
-                f"{_pm(a['latency_ratio'], a['latency_ratio_std'], 2)} | {vs} |")
+            first = (f"| {MODELS.get(k[1], {}).get('label', k[1])} | {k[2]} | {k[3]:g} | "
+                     f"{_pm(a['top1'], a['top1_std'])} | {a['n']} | ")
+            lat = _pm(a['latency_ratio'], a['latency_ratio_std'], 3 if latency else 2)
+            counts = f"{_pm(a['flops_ratio'], None, 3)} | {_pm(a['params_ratio'], None, 3)}"
+            if latency:
+                lines.append(first + f"{lat} | {_pm(a['predicted_latency_ratio'], None, 3)} | "
+                             f'{counts} | {vs} |')
+            else:
+                lines.append(first + f'{counts} | {lat} | {vs} |')
         lines.append('')
     return '\n'.join(lines) + '\n'
 
@@ -370,13 +630,23 @@ class Runner:
     def __init__(self, work: str, data: str, epochs: int, train_images: int, regime: str,
                  search_epochs: Optional[int] = None, retrain: str = 'default',
                  latency: bool = True, python: str = sys.executable,
-                 extra: Sequence[str] = (), theta_masks: bool = True):
+                 extra: Sequence[str] = (), theta_masks: bool = True,
+                 arch_lr: Optional[float] = None, tables: Optional[LatencyTables] = None,
+                 measure_options: Optional[dict] = None):
         self.work, self.data, self.epochs = work, data, epochs
         self.extra = list(extra)  # more --cfg-options of every training run
         self.theta_masks = theta_masks
         self.train_images, self.regime, self.retrain = train_images, regime, retrain
         self.search_epochs = search_epochs or epochs
         self.latency, self.py = latency, python
+        self.arch_lr = arch_lr
+        #: a latency comparison's tables (None: the budgets are FLOPs budgets)
+        self.tables = tables
+        #: options of the export's latency measurement (``timer``: tests); by default the
+        #: tables' clock (one thread: the thread's CPU time, :func:`clock_timer`)
+        self.measure_options = dict(measure_options or {})
+        if tables is not None and 'timer' not in self.measure_options:
+            self.measure_options['timer'] = clock_timer(tables.clock)
         self._base_cost = {}
 
     # -- helpers
@@ -412,14 +682,65 @@ class Runner:
             return f.read().strip()
 
     def export(self, config: str, checkpoint: str, out: str, budget: float, method: str,
-               extra: Sequence[str] = ()) -> dict:
+               seed: int = 0, widths_from: Optional[str] = None, model: Optional[str] = None,
+               cfg_options: Optional[dict] = None, kind: Optional[str] = None) -> dict:
+        """OUT/subnet.json and pruned.pth at ``budget`` (:func:`mmdcs.apis.export.
+        export_subnet` in this process, its report in OUT.log), unless there already. A latency
+        comparison aims at the predicted latency of ``model``'s table ``kind`` (default: the
+        table of ``method``, :func:`table_kind`)
+        (widths in groups of the tables' ``multiple_of``; ``uniform``: any width, see
+        :meth:`uniform_multiple_of`) and times the subnet against the baseline (the table's
+        batch and threads)."""
         subnet = osp.join(out, 'subnet.json')
         if not osp.exists(subnet):
-            self._call([self.py, 'tools/export_subnet.py', config, checkpoint, '--out', out,
-                        '--target-flops', repr(float(budget)), '--method', method] + list(extra),
-                       out + '.log')
+            options: Dict[str, object] = dict(seed=int(seed))
+            if widths_from:
+                with open(widths_from) as f:
+                    options['widths'] = widths_of(json.load(f))
+            kw: Dict[str, object] = dict(target=('flops', float(budget)))
+            if self.tables is not None:
+                path, _ = self.tables.get(model, kind or table_kind(method))
+                kw = dict(target=('latency', float(budget)),
+                          cost_options=dict(latency_table=path), measure=True,
+                          measure_options=dict(self.measure_options),
+                          multiple_of=(self.uniform_multiple_of() if method == 'uniform'
+                                       else self.tables.multiple_of))
+            os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
+            with open(out + '.log', 'w') as log, contextlib.redirect_stdout(log):
+                result = export_subnet(osp.join(ROOT, config), osp.join(ROOT, checkpoint), out,
+                                       method=method, cfg_options=cfg_options,
+                                       batches=train_batches(4, seed=int(seed)),
+                                       scorer_options=options, **kw)
+                log.write('\n'.join(result.lines + result.warnings) + '\n')
         with open(subnet) as f:
             return json.load(f)
+
+    @staticmethod
+    def uniform_multiple_of() -> int:
+        """Uniform pruning aims at a latency with any width (widths round(r·D), the largest r
+        whose predicted latency meets the budget): in groups of 8 the same step in every block
+        of DeiT-Tiny (12 × 192 channels) moves the latency by ~1.5 %, outside the ±1 % every
+        export holds to."""
+        return 1
+
+    def search_options(self, run: dict, base_ckpt: Optional[str] = None) -> List[str]:
+        """--cfg-options of a DCS / KCR search: its budget (``model.cost.target.flops``, or
+        for a latency comparison the latency target with its table and the model's hidden-unit
+        selection), the architecture optimiser's lr (``arch_lr``: its cosine floor kept at
+        :data:`ARCH_LR_ETA_MIN_SHARE` of it), the baseline it starts from (pretrained)."""
+        opts = budget_options(float(run['budget']), self.tables, run['model'], run['method'])
+        if self.arch_lr is not None:
+            lr = float(self.arch_lr)
+            opts += [f'optim_wrapper.arch.optimizer.lr={lr!r}',
+                     f'param_scheduler.arch.0.eta_min={lr * ARCH_LR_ETA_MIN_SHARE!r}']
+        if base_ckpt is not None:
+            opts.append(f'load_from={base_ckpt}')
+        return opts
+
+    @staticmethod
+    def _as_dict(opts: Sequence[str]) -> dict:
+        from mmengine.config import DictAction
+        return {k: DictAction._parse_iterable(v) for k, v in (o.split('=', 1) for o in opts)}
 
     # -- one row
     def __call__(self, run: dict) -> dict:
@@ -434,20 +755,25 @@ class Runner:
         pretrained = self.regime == 'pretrained'
         if method in SEARCHED:
             search_cfg = search_config(model, method, pretrained)
-            opts = [f'model.cost.target.flops={budget!r}']
-            if pretrained:
-                opts.append(f'load_from={base_ckpt}')
+            opts = self.search_options(run, base_ckpt if pretrained else None)
             ckpt = self.train(search_cfg, self._dir(run, f'{tag}_search'),
                               self.search_epochs if pretrained else self.epochs, seed, opts)
-            spec = self.export(search_cfg, ckpt, spec_dir, budget, 'alpha')
+            # the export builds the supernet the search trained (its selection, its budget)
+            spec = self.export(search_cfg, ckpt, spec_dir, budget, 'alpha', model=model,
+                               cfg_options=self._as_dict(o for o in opts
+                                                         if o.startswith('model.')),
+                               kind=method)
         else:
-            extra, source = ['--seed', str(seed)], None
+            source, widths_from = None, None
             if method == 'random':
                 source = self._widths_source(run)
                 if source:
-                    extra += ['--widths-from', self._dir(run, f'{source}_{budget:g}_subnet',
-                                                         'subnet.json')]
-            spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, extra)
+                    widths_from = self._dir(run, f'{source}_{budget:g}_subnet', 'subnet.json')
+            hidden = (self.tables.options(model, 'pruned').get('model.backbone.select_hidden')
+                      if self.tables is not None else None)
+            spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, seed,
+                               widths_from, model,
+                               {'model.backbone.select_hidden': hidden} if hidden else None)
         cfg = retrain_config(model, method, self.retrain, pretrained)
         subnet = osp.join(spec_dir, 'subnet.json')
         if method == 'dcs' and not self.theta_masks:
@@ -460,12 +786,17 @@ class Runner:
             opts.append(f"load_from={osp.join(spec_dir, 'pruned.pth')}")
         out_dir = self._dir(run, f'{tag}_{"finetune" if pretrained else "retrain"}')
         self.train(cfg, out_dir, self.epochs, seed, opts)
-        row = self._row(out_dir, self.epochs, cfg, opts, spec)
+        row = self._row(out_dir, self.epochs, cfg, opts, spec, run)
         if method == 'dcs' and not self.theta_masks:  # without Linear_θ: counted again
             row.update(self._ratios(cfg, opts), theta_masks=False)
         if method == 'random':
             row['widths_from'] = source or 'uniform'
         return row
+
+    @staticmethod
+    def top1(work_dir: str, epochs: int) -> Optional[float]:
+        """The run's val top-1 after epoch ``epochs`` (None if it has none)."""
+        return _last_top1(work_dir, epochs)
 
     @staticmethod
     def _without_theta(spec: dict, spec_dir: str) -> str:
@@ -485,14 +816,17 @@ class Runner:
         baseline), else magnitude's (then random vs magnitude differ only in which channels are
         kept), else none (the uniform widths). DCS's widths are not used: its FLOPs include
         Linear_θ, so the same widths without it land below the budget."""
-        for source in ('kcr', 'magnitude'):
+        sources = ('kcr', 'magnitude')
+        if self.tables is not None and self.tables.shared.get(run['model']) != 'kcr':
+            sources = ('magnitude', )  # KCR's widths are predicted by another table
+        for source in sources:
             if osp.exists(self._dir(run, f"{source}_{run['budget']:g}_subnet", 'subnet.json')):
                 return source
         return None
 
     def _row(self, work_dir: str, epochs: int, cfg: str, opts: List[str],
-             spec: Optional[dict]) -> dict:
-        top1 = _last_top1(work_dir, epochs)
+             spec: Optional[dict], run: Optional[dict] = None) -> dict:
+        top1 = self.top1(work_dir, epochs)
         if top1 is None:
             raise UserError(f'{work_dir}: no validation top-1 after epoch {epochs}')
         row = dict(top1=float(top1), work_dir=osp.relpath(work_dir, self.work))
@@ -503,6 +837,16 @@ class Runner:
             row.update(params_ratio=m['params']['ratio'], flops_ratio=m['flops']['ratio'],
                        widths={b['name']: [b['kept'], b['dim']] for b in
                                spec['blocks'] + spec.get('hidden', [])})
+        if self.tables is not None:  # predicted by the table, measured by the export
+            if spec is None:
+                row.update(latency_ratio=1., predicted_latency_ratio=1.)
+            else:
+                b = spec['meta']['budget']
+                row.update(latency_ratio=float(b['measured']['latency']['ratio']),
+                           predicted_latency_ratio=float(b['achieved_ratio']),
+                           latency_table=self.tables.identity(run['model'],
+                                                              table_kind(run['method'])))
+            return row
         row['latency_ratio'] = self._latency(cfg, opts) if self.latency and spec else (
             1. if self.latency else None)
         return row
@@ -510,7 +854,6 @@ class Runner:
     def _latency(self, cfg: str, opts: List[str]) -> float:
         """ms/image of the pruned classifier over the baseline's (batch 16 at 64×64, 1 thread,
         interleaved rounds, median)."""
-        import torch  # lazy import: only when latencies are measured
         built = dict(pruned=self._build(cfg, opts),
                      baseline=self._build(self._baseline_of(cfg), []))
         x = torch.randn(16, 3, 64, 64, generator=torch.Generator().manual_seed(0))
@@ -565,9 +908,16 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
             search_epochs: Optional[int] = None, retrain: str = 'default',
             latency: bool = True, theta_masks: bool = True,
             run_one: Optional[Callable[[dict], dict]] = None,
-            log: Callable[[str], None] = _print) -> List[dict]:
+            log: Callable[[str], None] = _print, arch_lr: Optional[float] = None,
+            tables: Optional[LatencyTables] = None) -> List[dict]:
     """The comparison: every run of :func:`plan` not yet in DIR/results.json, then the
-    reports."""
+    reports.
+
+    ``resource='latency'``: every method aims at a latency ratio predicted by a table of the
+    network it exports (``tables``, default :class:`LatencyTables` in DIR/tables: measured
+    here before the first run, or read back), and each row carries the predicted and the
+    measured ratio (the export times the subnet against the baseline). ``arch_lr``: the DCS /
+    KCR searches' architecture optimiser lr (the α-lr ablation; recorded in the settings)."""
     for name, given, known in (('--models', models, MODELS), ('--methods', methods, METHODS)):
         bad = [x for x in given if x not in known]
         if bad:
@@ -575,11 +925,18 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     for b in budgets:
         if not 0. < float(b) < 1.:
             raise UserError(f'--budgets: {b} is not a ratio in (0, 1)')
-    if resource == 'latency':
-        raise UserError('--resource latency: not yet: this comparison does not yet pass a '
-                        'latency table to the searches and exports (tools/export_subnet.py '
-                        '--target-latency --latency-table T does it for one export); use '
-                        '--resource flops')
+    if resource not in RESOURCES:
+        raise UserError(f'--resource must be one of {", ".join(RESOURCES)}, got {resource!r}')
+    if resource == 'latency' and not latency:
+        raise UserError('--no-latency with --resource latency: a latency comparison measures '
+                        'every subnet\'s latency')
+    if resource == 'latency' and not theta_masks:
+        raise UserError('--no-theta-masks with --resource latency: the DCS subnet without its '
+                        'Linear_θ masks is another network than the one its latency table '
+                        'predicts; use --resource flops for that ablation')
+    if arch_lr is not None and not (isinstance(arch_lr, (int, float)) and
+                                    math.isfinite(arch_lr) and arch_lr > 0):
+        raise UserError(f'--arch-lr must be a positive number, got {arch_lr!r}')
     if retrain not in RETRAIN:
         raise UserError(f'--retrain must be one of {RETRAIN}')
     regime = 'pretrained' if pretrained else 'scratch'
@@ -588,12 +945,21 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
                     search_epochs=search_epochs or epochs, retrain=retrain)
     if not theta_masks:
         settings['theta_masks'] = False
+    if arch_lr is not None:
+        settings['arch_lr'] = float(arch_lr)
+    if resource == 'latency' and tables is None:
+        tables = LatencyTables(osp.join(out, 'tables'), log=log)
+    if resource == 'latency':
+        settings['latency'] = tables.settings()
     os.makedirs(out, exist_ok=True)
     results = Results(osp.join(out, 'results.json'), settings)
     runs = plan(models, methods, budgets, seeds, regime)
+    if resource == 'latency':  # every table, every budget checked, before any training
+        tables.prepare(models, methods, budgets)
     if run_one is None:
         run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,
-                         search_epochs, retrain, latency, theta_masks=theta_masks)
+                         search_epochs, retrain, latency, theta_masks=theta_masks,
+                         arch_lr=arch_lr, tables=tables)
     rows = run_grid(runs, results, run_one, log)
     paths = write_reports(out, rows, settings, resource)
     log(f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"

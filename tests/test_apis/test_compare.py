@@ -127,9 +127,9 @@ def test_compare_writes_reports_and_refuses_bad_input(tmp_path):
     assert len(rows) == 6 and len(calls) == 6
     for name in ('results.json', 'summary.md', 'accuracy_vs_cost.png', 'widths.png'):
         assert osp.getsize(osp.join(out, name)) > 0
-    with pytest.raises(UserError, match='--resource latency: not yet'):
+    with pytest.raises(UserError, match='--no-latency with --resource latency'):
         compare(['deit-tiny'], ['dcs'], [0.7], [0], out, 2, 0, resource='latency',
-                run_one=_fake_run(calls))
+                latency=False, run_one=_fake_run(calls))
     with pytest.raises(UserError, match='not a ratio'):
         compare(['deit-tiny'], ['dcs'], [1.5], [0], out, 2, 0, run_one=_fake_run(calls))
     with pytest.raises(UserError, match='unknown'):
@@ -166,7 +166,8 @@ def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
 @pytest.mark.parametrize('argv, message', [
     (['--epochs', '0'], '--epochs'),
     (['--methods', 'l1'], '--methods'),
-    (['--resource', 'latency'], '--resource latency: not yet'),
+    (['--resource', 'latency', '--no-latency'], '--no-latency with --resource latency'),
+    (['--resource', 'latency', '--no-theta-masks'], '--no-theta-masks with --resource'),
     (['--budgets', '1.2'], 'not a ratio'),
 ])
 def test_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):

@@ -167,6 +167,12 @@ def test_target_config_errors():
         _classifier(dict(flops=0.7, ramp=1.5))
     with pytest.raises(ValueError, match='project must be True or False'):
         _classifier(dict(flops=0.7, project='yes'))
+    # a resource set to None is not given (--cfg-options model.cost.target.flops=None swaps a
+    # config's FLOPs target for another resource's)
+    m = _classifier(dict(flops=None, params=0.7))
+    assert m.cost_cfg['target']['resource'] == 'params'
+    with pytest.raises(ValueError, match='exactly one of'):
+        _classifier(dict(flops=None))
 
 
 def test_project_false_leaves_the_search_as_it_ended():

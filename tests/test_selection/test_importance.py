@@ -1,6 +1,6 @@
 """The export's pruners besides α and magnitude (mmdcs.selection.importance): uniform widths,
 random channels at given widths, first-order Taylor importance, as registered scorers; each
-meets the budget within ±1 %."""
+meets the budget within ±1 % (uniform at or below it)."""
 import pytest
 import torch
 import torch.nn as nn
@@ -116,6 +116,15 @@ def test_widths_off_the_budget_are_refused():
         widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.9, dict(a=2, b=2))
     with pytest.raises(BudgetError, match='keeps 100 of 96'):
         widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.9, dict(a=100, b=2))
+    # another export's widths a little above the budget (within ±1 %, as budget_subnet may
+    # end): accepted; 2 % above: refused
+    kept, _, _ = uniform_widths(cost, cost.check_target(0.7, 'x'))
+    ratio = cost.ratio(cost.at(kept))
+    above = dict(kept, a=kept['a'] + 1)  # one channel of a: 64 of 11,772
+    assert 0.7 < cost.ratio(cost.at(above)) <= 0.71
+    widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.7, above)
+    with pytest.raises(BudgetError, match='not within ±1 %'):
+        widths_subnet(model, 'toy', 'x', 'dcs', cost, ratio - 0.02, kept)
 
 
 def test_taylor_scores_are_the_sum_of_abs_weight_times_gradient():
@@ -163,3 +172,25 @@ def test_taylor_subnet_meets_the_budget_and_keeps_high_scores():
             assert float(s[b.keep].min()) >= float(s[dropped].max())
     assert spec.meta['budget']['normalize'] == 'mean'
     assert get_scorer('taylor').needs_data and get_scorer('taylor').baseline
+
+
+def test_uniform_widths_of_channels_and_hidden_units_named_alike():
+    """A block's MLP searched over channels × hidden units names both units by its path (the
+    latency table's pairs, select_hidden=True): each width is checked against its own unit,
+    a hidden width above the channel width is not refused."""
+    model = Toy()
+    # pairs: a channel × hidden unit of a costs 2 (fc1 and fc2), of b 2; hidden widths above
+    # the channel widths (32 → 128 and 40 → 160 hidden units)
+    cost = LinearCost('params', baseline=500. + 2 * (96 * 128 + 64 * 160), const=500.,
+                      coef=dict(a=0., b=0.), dims=dict(a=96, b=64),
+                      pair=dict(a=2., b=2.), pair_hidden=dict(a='a', b='b'),
+                      hidden_dims=dict(a=128, b=160))
+    budget = cost.check_target(0.7, 'x')
+    kept, hidden, r = uniform_widths(cost, budget)
+    assert hidden['b'] > cost.dims['b']  # a hidden width larger than the block's channels
+    spec = widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.7, kept, hidden, method='uniform')
+    assert [b.kept for b in spec.blocks] == [kept['a'], kept['b']]
+    assert {h.name: h.kept for h in spec.hidden} == hidden
+    with pytest.raises(BudgetError, match='b keeps 161 of 160 hidden units'):
+        widths_subnet(model, 'toy', 'x', 'dcs', cost, 0.7, kept, dict(hidden, b=161),
+                      method='uniform')

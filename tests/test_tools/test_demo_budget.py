@@ -74,3 +74,58 @@ def test_progress_line_follows_the_log(tmp_path, capsys):
         f.write('11/24 - mmengine - INFO - Iter(train) [ 40/300]  eta: 1 day, 0:00:10\n')
     p.update(90.)
     assert '.. iter 40/300 | 1:30 elapsed | ETA 1440:' in capsys.readouterr().out
+
+
+class _Cost:
+    """A latency cost's bounds (ms; baseline 10 ms)."""
+    baseline = 10.
+
+    def __init__(self, floor, full):
+        self.floor_ratio, self.ceiling = floor, full * 10.
+
+    def floor_at(self, multiple_of):
+        return self.floor_ratio * 10.
+
+    def ratio(self, count):
+        return count / 10.
+
+
+class _Tables:
+    multiple_of, clock = 8, 'thread'
+
+    def __init__(self, bounds):
+        self.bounds = bounds
+
+    def get(self, arch, kind):
+        return osp.join(ROOT, f'{kind}.json'), _Cost(*self.bounds[kind])
+
+
+@pytest.mark.parametrize('dcs_floor, asked, expected', [
+    (0.892, 0.95, 0.95),  # the tables of 2026-11-26: 0.95 is above every floor
+    (0.94, 0.95, 0.96),   # a slower DCS: raised to its floor + 0.02
+    (0.9411, 0.95, 0.97),  # ... rounded up to the next hundredth
+    (0.892, 0.85, 0.92),  # asked below DCS's floor
+])
+def test_demo_latency_target_is_above_every_methods_floor(tmp_path, dcs_floor, asked, expected,
+                                                          capsys):
+    demo = _demo()
+    args = demo.argparse.Namespace(work_dir=str(tmp_path), data='data/digits', epochs=1,
+                                   train_images=0, target_latency=asked)
+    d = demo.Demo(args)
+    bounds = dict(dcs=(dcs_floor, 1.14), kcr=(0.844, 1.006), pruned=(0.844, 1.006))
+    d.latency_tables(tables=_Tables(bounds))
+    assert d.latency_target == pytest.approx(expected)
+    assert d.budget('configs/demo/dcs-mobilevit-xs_search_digits.py') == d.latency_target
+    out = capsys.readouterr().out
+    assert f'every method aims at {d.latency_target}' in out
+    assert ('instead' in out) == (expected != asked)
+
+
+def test_demo_refuses_when_no_latency_target_fits(tmp_path):
+    demo = _demo()
+    args = demo.argparse.Namespace(work_dir=str(tmp_path), data='data/digits', epochs=1,
+                                   train_images=0, target_latency=0.95)
+    d = demo.Demo(args)
+    bounds = dict(dcs=(0.99, 1.14), kcr=(0.844, 1.006), pruned=(0.844, 0.99))
+    with pytest.raises(SystemExit, match='no latency target fits every method'):
+        d.latency_tables(tables=_Tables(bounds))

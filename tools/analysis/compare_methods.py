@@ -1,10 +1,11 @@
-"""Compare DCS, KCR and the plain pruners at equal FLOPs on the digits, over seeds (issue 25).
+"""Compare DCS, KCR and the plain pruners at equal FLOPs or equal latency on the digits, over
+seeds (issue 25).
 
     python tools/analysis/compare_methods.py --models deit-tiny mobilevit-xs \\
         --methods dcs kcr magnitude uniform random taylor --budgets 0.9 0.7 0.5 \\
         --seeds 0 1 2 [--epochs N] [--train-images N] [--pretrained] [--search-epochs N] \\
-        [--retrain default|ce-only] [--no-theta-masks] [--resource flops] [--no-latency] \
-        --out DIR
+        [--retrain default|ce-only] [--no-theta-masks] [--resource flops|latency] \\
+        [--arch-lr LR] [--no-latency] --out DIR
 
 Every method runs on the same schedule: from scratch (default) each pruned network is retrained
 from random weights (only the width allocation differs between the methods, and DCS/KCR's
@@ -13,7 +14,18 @@ and fine-tunes from the inherited weights (the choice of channels counts too). D
 (one row per run; rows already there are skipped: resumable), DIR/summary.md (mean ± std
 top-1, ratios, paired differences against magnitude), DIR/accuracy_vs_cost.png and
 DIR/widths.png (per-block kept widths of each method). Logs and checkpoints under DIR/runs/.
-``--resource latency`` is refused as not yet available (the budgets are FLOPs budgets).
+
+``--resource latency``: the budgets are latency ratios of the baseline backbone, predicted by a
+latency table of the network each method exports (DCS's supernet, KCR's, the pruners' baseline
+with MLP channel selection), measured on this CPU at 64x64, batch 1, one thread before the first
+run and kept in DIR/tables/ (read back when resumed); every model prunes hidden units too
+(DeiT-Tiny its MLPs', MobileViT-XS also its MV2 blocks'). DCS and KCR search at the latency
+target, magnitude / Taylor rank per unit of predicted latency, uniform takes the largest single
+kept ratio whose predicted latency meets it, random the widths of KCR (or magnitude). Each row
+has the predicted and the measured latency ratio, FLOPs and params beside; the plot's x-axis is
+the measured ratio. A budget below a table's predicted floor is refused before any training.
+``--arch-lr LR``: the architecture optimiser's lr of the searches (the alpha-lr ablation; its
+cosine floor stays at a tenth of it).
 """
 import os.path as osp
 import sys
@@ -28,19 +40,21 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.compare import METHODS, MODELS, RESOURCES, RETRAIN, compare  # noqa: E402
-from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int,  # noqa: E402
+from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
+                               positive_int,
                                user_errors)
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 
 def parse_args(argv=None):
     p = ToolParser(description='Compare DCS/KCR with magnitude, uniform, random and Taylor '
-                   'pruning at equal FLOPs over seeds (digits, 64x64)')
+                   'pruning at equal FLOPs or latency over seeds (digits, 64x64)')
     p.add_argument('--models', nargs='+', choices=tuple(MODELS), default=['deit-tiny'])
     p.add_argument('--methods', nargs='+', choices=METHODS,
                    default=['dcs', 'kcr', 'magnitude', 'uniform'])
     p.add_argument('--budgets', nargs='+', type=float, default=[0.9, 0.7], metavar='R',
-                   help='FLOPs budgets, ratios of the baseline classifier (default: 0.9 0.7)')
+                   help='budgets, ratios of the baseline classifier\'s FLOPs (or, with '
+                   '--resource latency, of the baseline backbone\'s latency; default: 0.9 0.7)')
     p.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
     p.add_argument('--epochs', type=positive_int, default=4,
                    help='epochs of every training run (default: %(default)s)')
@@ -56,7 +70,12 @@ def parse_args(argv=None):
     p.add_argument('--no-theta-masks', action='store_true',
                    help='retrain the DCS subnets without their Linear_θ Q/K masks (the same kept '
                    'MLP channels; the ablation: their FLOPs ratio is counted again)')
-    p.add_argument('--resource', choices=RESOURCES, default='flops')
+    p.add_argument('--resource', choices=RESOURCES, default='flops',
+                   help='what the budgets are ratios of: FLOPs, or latency predicted by a table '
+                   'measured here (DIR/tables; default: %(default)s)')
+    p.add_argument('--arch-lr', type=positive_float, default=None, metavar='LR',
+                   help='lr of the DCS/KCR architecture optimiser (default: the search '
+                   'config\'s, 0.2)')
     p.add_argument('--no-latency', action='store_true',
                    help='do not measure the latency ratio of each pruned model')
     p.add_argument('--data', default='data/digits',
@@ -73,7 +92,7 @@ def main(argv=None):
         compare(args.models, args.methods, args.budgets, args.seeds, args.out, args.epochs,
                 args.train_images, args.pretrained, args.resource, args.data,
                 args.search_epochs, args.retrain, not args.no_latency,
-                not args.no_theta_masks)
+                not args.no_theta_masks, arch_lr=args.arch_lr)
 
 
 if __name__ == '__main__':

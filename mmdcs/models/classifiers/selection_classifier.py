@@ -160,7 +160,9 @@ class ChannelSelectionClassifier(ImageClassifier):
                 raise ValueError(f'cost: {", ".join(sorted(options))} without a target '
                                  '(cost.target)')
             return None
-        target = dict(target)
+        # a resource set to None is not given (how a command line's --cfg-options swaps a
+        # config's flops target for another: model.cost.target.flops=None)
+        target = {k: v for k, v in dict(target).items() if v is not None}
         resources = resource_names()
         known = {'input_size', 'rho', 'penalty', 'ramp', 'project'}
         unknown = set(target) - set(resources) - known
