@@ -1,7 +1,7 @@
 # mmdcs: the two commands of the README, and the set-up they share.
 #   make demo   search -> export -> retrain -> downstream demo on the embedded digits data
-#   make test   the whole test suite
 #   make demo-latency   the same at an equal latency target (tables measured first)
+#   make test   the whole test suite
 #   make demo-peers   DCS, KCR, OFB and DynamicViT compared on DeiT-Tiny (same data and schedule)
 #   make compare   DCS, KCR, magnitude and uniform pruning of DeiT-Tiny at 0.9 and 0.7 FLOPs,
 #                  3 seeds (tools/analysis/compare_methods.py; resumable, work_dirs/compare)
