@@ -632,8 +632,11 @@ class Runner:
                  latency: bool = True, python: str = sys.executable,
                  extra: Sequence[str] = (), theta_masks: bool = True,
                  arch_lr: Optional[float] = None, tables: Optional[LatencyTables] = None,
-                 measure_options: Optional[dict] = None):
+                 measure_options: Optional[dict] = None, pruner_epochs: Optional[int] = None):
         self.work, self.data, self.epochs = work, data, epochs
+        #: the pruners' fine-tuning epochs in the pretrained regime (default ``epochs``;
+        #: ``epochs + search_epochs`` trains them as long as a search plus its fine-tuning)
+        self.pruner_epochs = pruner_epochs or epochs
         self.extra = list(extra)  # more --cfg-options of every training run
         self.theta_masks = theta_masks
         self.train_images, self.regime, self.retrain = train_images, regime, retrain
@@ -785,8 +788,9 @@ class Runner:
         if pretrained:
             opts.append(f"load_from={osp.join(spec_dir, 'pruned.pth')}")
         out_dir = self._dir(run, f'{tag}_{"finetune" if pretrained else "retrain"}')
-        self.train(cfg, out_dir, self.epochs, seed, opts)
-        row = self._row(out_dir, self.epochs, cfg, opts, spec, run)
+        epochs = self.pruner_epochs if pretrained and method not in SEARCHED else self.epochs
+        self.train(cfg, out_dir, epochs, seed, opts)
+        row = self._row(out_dir, epochs, cfg, opts, spec, run)
         if method == 'dcs' and not self.theta_masks:  # without Linear_θ: counted again
             row.update(self._ratios(cfg, opts), theta_masks=False)
         if method == 'random':
@@ -909,7 +913,8 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
             latency: bool = True, theta_masks: bool = True,
             run_one: Optional[Callable[[dict], dict]] = None,
             log: Callable[[str], None] = _print, arch_lr: Optional[float] = None,
-            tables: Optional[LatencyTables] = None) -> List[dict]:
+            tables: Optional[LatencyTables] = None,
+            pruner_epochs: Optional[int] = None) -> List[dict]:
     """The comparison: every run of :func:`plan` not yet in DIR/results.json, then the
     reports.
 
@@ -917,7 +922,10 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     network it exports (``tables``, default :class:`LatencyTables` in DIR/tables: measured
     here before the first run, or read back), and each row carries the predicted and the
     measured ratio (the export times the subnet against the baseline). ``arch_lr``: the DCS /
-    KCR searches' architecture optimiser lr (the α-lr ablation; recorded in the settings)."""
+    KCR searches' architecture optimiser lr (the α-lr ablation; recorded in the settings).
+    ``pruner_epochs`` (pretrained regime only): the fine-tuning epochs of the pruners
+    (magnitude, uniform, random, Taylor), e.g. ``epochs + search_epochs`` to train them as long
+    as a search and its fine-tuning (the equal-training control; recorded in the settings)."""
     for name, given, known in (('--models', models, MODELS), ('--methods', methods, METHODS)):
         bad = [x for x in given if x not in known]
         if bad:
@@ -939,6 +947,12 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         raise UserError(f'--arch-lr must be a positive number, got {arch_lr!r}')
     if retrain not in RETRAIN:
         raise UserError(f'--retrain must be one of {RETRAIN}')
+    if pruner_epochs is not None:
+        if not pretrained:
+            raise UserError('--pruner-epochs goes with --pretrained (from scratch every method '
+                            'retrains for --epochs)')
+        if not (isinstance(pruner_epochs, int) and pruner_epochs > 0):
+            raise UserError(f'--pruner-epochs must be a positive integer, got {pruner_epochs!r}')
     regime = 'pretrained' if pretrained else 'scratch'
     # what every row of one results.json shares (both regimes may share it)
     settings = dict(epochs=epochs, train_images=train_images, resource=resource,
@@ -947,6 +961,8 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         settings['theta_masks'] = False
     if arch_lr is not None:
         settings['arch_lr'] = float(arch_lr)
+    if pruner_epochs is not None and pruner_epochs != epochs:
+        settings['pruner_epochs'] = int(pruner_epochs)
     if resource == 'latency' and tables is None:
         tables = LatencyTables(osp.join(out, 'tables'), log=log)
     if resource == 'latency':
@@ -959,7 +975,7 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     if run_one is None:
         run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,
                          search_epochs, retrain, latency, theta_masks=theta_masks,
-                         arch_lr=arch_lr, tables=tables)
+                         arch_lr=arch_lr, tables=tables, pruner_epochs=pruner_epochs)
     rows = run_grid(runs, results, run_one, log)
     paths = write_reports(out, rows, settings, resource)
     log(f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"

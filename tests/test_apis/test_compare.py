@@ -6,8 +6,8 @@ import os.path as osp
 
 import pytest
 
-from mmdcs.apis.compare import (Results, aggregate, compare, mean_std, paired_differences, plan,
-                                run_grid, summary_markdown)
+from mmdcs.apis.compare import (Results, Runner, aggregate, compare, mean_std,
+                                paired_differences, plan, run_grid, summary_markdown)
 from mmdcs.apis.launch import UserError
 
 # top-1 of three seeds: magnitude 60, 62, 64; dcs 58, 61, 67; uniform 59, 63 (seed 2 missing)
@@ -176,3 +176,48 @@ def test_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
                          argv + ['--out', str(tmp_path / 'out')], capsys)
     assert code == 2 and message in err
     assert not osp.exists(tmp_path / 'out' / 'results.json')
+
+
+class _EpochsRunner(Runner):
+    """A Runner whose trainings, exports and rows only record the epochs each run gets."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.trained = []
+
+    def train(self, config, work_dir, epochs, seed, extra=()):
+        self.trained.append((osp.basename(work_dir), epochs))
+        return 'ckpt.pth'
+
+    def export(self, *a, **kw):
+        return {}
+
+    def _row(self, work_dir, epochs, cfg, opts, spec, run=None):
+        return dict(run or {}, top1=0., epochs=epochs)
+
+
+@pytest.mark.parametrize('regime,pruner_epochs,expected', [
+    ('pretrained', 6, {'baseline': 4, 'kcr_0.7_search': 2, 'kcr_0.7_finetune': 4,
+                       'magnitude_0.7_finetune': 6}),
+    ('pretrained', None, {'baseline': 4, 'kcr_0.7_search': 2, 'kcr_0.7_finetune': 4,
+                          'magnitude_0.7_finetune': 4}),
+])
+def test_pruner_epochs_trains_only_the_pruners_longer(tmp_path, regime, pruner_epochs,
+                                                      expected):
+    runner = _EpochsRunner(str(tmp_path / 'runs'), 'data/digits', 4, 0, regime,
+                           search_epochs=2, latency=False, pruner_epochs=pruner_epochs)
+    for method in ('kcr', 'magnitude'):
+        runner(dict(model='deit-tiny', method=method, budget=0.7, seed=0, regime=regime))
+    assert dict(runner.trained) == expected
+
+
+def test_pruner_epochs_is_a_setting_and_needs_pretrained(tmp_path):
+    calls = []
+    out = str(tmp_path / 'eq')
+    compare(['deit-tiny'], ['magnitude'], [0.7], [0], out, 4, 0, pretrained=True,
+            latency=False, run_one=_fake_run(calls), log=lambda s: None, pruner_epochs=6)
+    with open(osp.join(out, 'results.json')) as f:
+        assert json.load(f)['settings']['pruner_epochs'] == 6
+    with pytest.raises(UserError, match='--pruner-epochs goes with --pretrained'):
+        compare(['deit-tiny'], ['magnitude'], [0.7], [0], str(tmp_path / 'x'), 4, 0,
+                latency=False, run_one=_fake_run(calls), pruner_epochs=6)

@@ -64,6 +64,10 @@ def parse_args(argv=None):
                    help='prune a trained baseline per seed and fine-tune from its weights')
     p.add_argument('--search-epochs', type=positive_int, default=None, metavar='N',
                    help='epochs of the DCS/KCR search (default: --epochs)')
+    p.add_argument('--pruner-epochs', type=positive_int, default=None, metavar='N',
+                   help='with --pretrained: fine-tuning epochs of magnitude, uniform, random '
+                   'and Taylor (default: --epochs; --epochs + --search-epochs trains them as '
+                   'long as a search and its fine-tuning)')
     p.add_argument('--retrain', choices=RETRAIN, default='default',
                    help='DCS/KCR retraining: with their regulariser (default) or cross-entropy '
                    'only (the ablation)')
@@ -92,7 +96,8 @@ def main(argv=None):
         compare(args.models, args.methods, args.budgets, args.seeds, args.out, args.epochs,
                 args.train_images, args.pretrained, args.resource, args.data,
                 args.search_epochs, args.retrain, not args.no_latency,
-                not args.no_theta_masks, arch_lr=args.arch_lr)
+                not args.no_theta_masks, arch_lr=args.arch_lr,
+                pruner_epochs=args.pruner_epochs)
 
 
 if __name__ == '__main__':
