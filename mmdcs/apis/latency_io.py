@@ -132,6 +132,34 @@ def table_file_name(arch: str, variant: str, size: Sequence[int], batch: int,
             f'{dtype}.json')
 
 
+def _tables_dir(tables: Optional[str]) -> None:
+    """``--tables DIR``: created if missing; a path that is not a directory is one line."""
+    if tables is not None:
+        if osp.exists(tables) and not osp.isdir(tables):
+            raise UserError(f'--tables {tables}: not a directory')
+        os.makedirs(tables, exist_ok=True)
+
+
+def _kept_table(tables: Optional[str], name: str, force: bool,
+                progress: Optional[Callable[[str], None]], label: str):
+    """(path, table) of table file ``name`` kept in ``tables``: the table read back when the
+    file is there (and not ``force``), else None (measured and written by the caller); a
+    corrupt or mismatched file is one line naming it. ``(None, None)`` without ``tables``."""
+    if tables is None:
+        return None, None
+    path = osp.join(tables, name)
+    if not osp.exists(path) or force:
+        return path, None
+    try:
+        table = load_table(path)
+    except LatencyTableError as e:
+        msg = str(e)
+        raise UserError(msg if path in msg else f'{path}: {msg}') from e
+    if progress:
+        progress(f'{label}: table {path}')
+    return path, table
+
+
 def latency_target_rows(models: Sequence[str], target: float,
                         batch_sizes: Sequence[int] = (1, 16), threads: Optional[int] = 1,
                         device: str = 'cpu', dtype: str = 'fp32',
@@ -149,27 +177,15 @@ def latency_target_rows(models: Sequence[str], target: float,
             backbone_class(arch)
         except ValueError as e:
             raise UserError(str(e)) from e
-    if tables is not None:
-        if osp.exists(tables) and not osp.isdir(tables):
-            raise UserError(f'--tables {tables}: not a directory')
-        os.makedirs(tables, exist_ok=True)
+    _tables_dir(tables)
     rows = []
     for arch in models:
         var = variant or PAPER_VARIANT[backbone_class(arch).family]
         size = _size(input_size, arch)
         for batch in batch_sizes:
-            path = table = None
-            if tables is not None:
-                path = osp.join(tables, table_file_name(arch, var, size, batch, threads, device,
-                                                        dtype, select_hidden))
-                if osp.exists(path) and not force:
-                    try:
-                        table = load_table(path)
-                    except LatencyTableError as e:
-                        msg = str(e)
-                        raise UserError(msg if path in msg else f'{path}: {msg}') from e
-                    if progress:
-                        progress(f'{arch}: batch {batch}: table {path}')
+            path, table = _kept_table(tables, table_file_name(
+                arch, var, size, batch, threads, device, dtype, select_hidden), force,
+                progress, f'{arch}: batch {batch}')
             try:
                 row = latency_target_row(arch, target, batch, threads, device, dtype,
                                          variant=var, input_size=size,
@@ -217,26 +233,13 @@ def peer_benchmark_results(models: Sequence[str], target: float = 0.7,
         if not (cls.timm_models or {}).get(arch):
             raise UserError(f'{arch}: no timm model to apply Torch-Pruning to (archs with one: '
                             f'{", ".join(sorted(cls.timm_models or {})) or "none"})')
-    if tables is not None:
-        if osp.exists(tables) and not osp.isdir(tables):
-            raise UserError(f'--tables {tables}: not a directory')
-        os.makedirs(tables, exist_ok=True)
+    _tables_dir(tables)
     results = []
     for arch in models:
         var = variant or PAPER_VARIANT[backbone_class(arch).family]
         size = _size(input_size, arch)
-        path = table = None
-        if tables is not None:
-            path = osp.join(tables, table_file_name(arch, var, size, 1, threads, 'cpu', 'fp32',
-                                                    select_hidden))
-            if osp.exists(path) and not force:
-                try:
-                    table = load_table(path)
-                except LatencyTableError as e:
-                    msg = str(e)
-                    raise UserError(msg if path in msg else f'{path}: {msg}') from e
-                if progress:
-                    progress(f'{arch}: table {path}')
+        path, table = _kept_table(tables, table_file_name(
+            arch, var, size, 1, threads, 'cpu', 'fp32', select_hidden), force, progress, arch)
         try:
             res = peer_benchmark(arch, target, table=table, input_size=size,
                                  select_hidden=select_hidden, variant=var, threads=threads,
