@@ -103,6 +103,13 @@ def _print(line: str) -> None:
 #: Q/K masks its full-width network measured 1.14× the baseline) and 1.09 (MobileViT-XS: every
 #: target below 1 refused); with these 0.89 (MobileViT-XS, DCS) — docs/budgets.md
 LATENCY_SELECT_HIDDEN = {'deit-tiny': True, 'mobilevit-xs': 'all'}
+#: a FLOPs comparison's hidden-unit selection per model, the same for every method (the
+#: searches' supernet, the pruners' ranking): MobileViT-XS's transformer MLPs hold a small share
+#: of its FLOPs, so with MLP channels alone the floor at 64×64 is 0.87 (DCS) / 0.83 (KCR) of the
+#: baseline and budgets 0.7 / 0.5 cannot be met; with its MV2 blocks' expanded channels and the
+#: MLPs' hidden units (``'all'``) it is 0.42 / 0.38. DeiT-Tiny keeps the papers' selection (MLP
+#: channels; floor 0.45 for DCS, with Linear_θ). Recorded in the rows of such a model.
+FLOPS_SELECT_HIDDEN = {'mobilevit-xs': 'all'}
 #: where a latency comparison's tables are measured and its subnets timed: the digits' input
 #: size, batch 1, one CPU thread, fp32
 LATENCY_SHAPE = (64, 64)
@@ -170,11 +177,13 @@ def same_network(a, b) -> bool:
 def budget_options(budget: float, tables: Optional['LatencyTables'] = None,
                    model: Optional[str] = None, method: Optional[str] = None) -> List[str]:
     """--cfg-options that aim a demo search config (DCS or KCR) at ``budget``: of the
-    baseline's FLOPs, or with ``tables`` of its latency predicted by ``model``'s table for
-    ``method`` (the config's FLOPs target set to None, the table, the model's hidden-unit
-    selection)."""
+    baseline's FLOPs (with ``model``'s :data:`FLOPS_SELECT_HIDDEN`), or with ``tables`` of its
+    latency predicted by ``model``'s table for ``method`` (the config's FLOPs target set to
+    None, the table, the model's hidden-unit selection)."""
     if tables is None:
-        return [f'model.cost.target.flops={float(budget)!r}']
+        hidden = FLOPS_SELECT_HIDDEN.get(model, False)
+        return [f'model.cost.target.flops={float(budget)!r}'] + (
+            [f'model.backbone.select_hidden={hidden}'] if hidden else [])
     path, _ = tables.get(model, table_kind(method))
     return ['model.cost.target.flops=None', f'model.cost.target.latency={float(budget)!r}',
             f'model.cost.latency_table={path}'] + [
@@ -772,8 +781,7 @@ class Runner:
                 source = self._widths_source(run)
                 if source:
                     widths_from = self._dir(run, f'{source}_{budget:g}_subnet', 'subnet.json')
-            hidden = (self.tables.options(model, 'pruned').get('model.backbone.select_hidden')
-                      if self.tables is not None else None)
+            hidden = self.select_hidden(model)
             spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, seed,
                                widths_from, model,
                                {'model.backbone.select_hidden': hidden} if hidden else None)
@@ -795,7 +803,17 @@ class Runner:
             row.update(self._ratios(cfg, opts), theta_masks=False)
         if method == 'random':
             row['widths_from'] = source or 'uniform'
+        if self.select_hidden(model):
+            row['select_hidden'] = self.select_hidden(model)
         return row
+
+    def select_hidden(self, model: str):
+        """The hidden-unit selection every method of ``model`` prunes with: the latency
+        tables' (:data:`LATENCY_SELECT_HIDDEN`) or, at equal FLOPs,
+        :data:`FLOPS_SELECT_HIDDEN` (False: MLP channels only)."""
+        if self.tables is not None:
+            return self.tables.select_hidden.get(model, False)
+        return FLOPS_SELECT_HIDDEN.get(model, False)
 
     @staticmethod
     def top1(work_dir: str, epochs: int) -> Optional[float]:
@@ -892,6 +910,62 @@ def _last_top1(work_dir: str, epochs: int) -> Optional[float]:
     if found is None or found.get('step') != epochs:
         return None
     return float(found['accuracy/top1'])
+
+
+def _read_results(src: str) -> dict:
+    path = osp.join(src, 'results.json')
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f'--merge: {path} is not a results file of compare_methods.py: {e}')
+    if not isinstance(data, dict) or data.get('version') != RESULTS_VERSION or not isinstance(
+            data.get('settings'), dict) or not isinstance(data.get('rows'), list):
+        raise UserError(f'--merge: {path} is not a results file of compare_methods.py '
+                        f'(version {RESULTS_VERSION})')
+    return data
+
+
+def merge(sources: Sequence[str], out: str, log: Callable[[str], None] = _print) -> List[dict]:
+    """The rows of grids run apart (one process per model or per seed, each with its own
+    ``--out``; the same settings) in ``out``/results.json, then ``out``'s reports. Rows already
+    in ``out`` are kept; a run in two places with different results, or a source of other
+    settings, is one :class:`UserError` line and nothing is written. A merged row records
+    where its logs and checkpoints are (``runs``: its source's runs folder, relative to
+    ``out``)."""
+    if not sources:
+        raise UserError('--merge: no results folder given')
+    datas = [(src, _read_results(src)) for src in sources]
+    settings = datas[0][1]['settings']
+    for src, data in datas[1:]:
+        if data['settings'] != settings:
+            raise UserError(f'--merge: {src} holds results of other settings '
+                            f'({json.dumps(data["settings"])} vs {json.dumps(settings)})')
+    results = Results(osp.join(out, 'results.json'), settings)
+    found = {run_key(r): r for r in results.rows}
+    added = []
+    for src, data in datas:
+        runs = osp.relpath(osp.join(osp.abspath(src), 'runs'), osp.abspath(out))
+        for row in data['rows']:
+            row = dict(row, runs=row.get('runs', runs))
+            key = run_key(row)
+            old = found.get(key)
+            if old is not None:
+                if old.get('top1') != row.get('top1'):
+                    raise UserError(f'--merge: run {key} has two results ({old.get("top1")} and '
+                                    f'{row.get("top1")} top-1, the second in {src})')
+                continue
+            found[key] = row
+            added.append(row)
+    for row in added:
+        results.rows.append(row)
+        results.done.add(run_key(row))
+    results.save()
+    paths = write_reports(out, results.rows, settings, settings.get('resource', 'flops'))
+    log(f'{len(added)} rows merged from {len(sources)} folder(s), {len(results.rows)} in all\n'
+        f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"
+        f"wrote {paths['widths']}")
+    return results.rows
 
 
 def write_reports(out: str, rows: List[dict], settings: dict, resource: str = 'flops') -> dict:

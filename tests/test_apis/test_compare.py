@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 
-from mmdcs.apis.compare import (Results, Runner, aggregate, compare, mean_std,
+from mmdcs.apis.compare import (Results, Runner, aggregate, compare, mean_std, run_key,
                                 paired_differences, plan, run_grid, summary_markdown)
 from mmdcs.apis.launch import UserError
 
@@ -169,6 +169,7 @@ def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
     (['--resource', 'latency', '--no-latency'], '--no-latency with --resource latency'),
     (['--resource', 'latency', '--no-theta-masks'], '--no-theta-masks with --resource'),
     (['--budgets', '1.2'], 'not a ratio'),
+    (['--merge', 'no/such/grid'], '--merge: no/such/grid/results.json is not a results file'),
 ])
 def test_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):
     from _tools import run_main
@@ -221,3 +222,99 @@ def test_pruner_epochs_is_a_setting_and_needs_pretrained(tmp_path):
     with pytest.raises(UserError, match='--pruner-epochs goes with --pretrained'):
         compare(['deit-tiny'], ['magnitude'], [0.7], [0], str(tmp_path / 'x'), 4, 0,
                 latency=False, run_one=_fake_run(calls), pruner_epochs=6)
+
+
+class _OptionsRunner(_EpochsRunner):
+    """A Runner recording the --cfg-options of its trainings and exports."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.options = {}
+
+    def train(self, config, work_dir, epochs, seed, extra=()):
+        self.options[osp.basename(work_dir)] = list(extra)
+        return 'ckpt.pth'
+
+    def export(self, config, checkpoint, out, budget, method, seed=0, widths_from=None,
+               model=None, cfg_options=None, kind=None):
+        self.options[osp.basename(out)] = dict(cfg_options or {})
+        return {}
+
+
+@pytest.mark.parametrize('model,hidden', [('mobilevit-xs', 'all'), ('deit-tiny', None)])
+def test_flops_comparison_prunes_each_models_hidden_units(tmp_path, model, hidden):
+    """At equal FLOPs every method of a model prunes with its FLOPS_SELECT_HIDDEN: the
+    searches' supernet and export, and the pruners' ranking; rows record it."""
+    runner = _OptionsRunner(str(tmp_path / 'runs'), 'data/digits', 4, 0, 'scratch',
+                            latency=False)
+    rows = {m: runner(dict(model=model, method=m, budget=0.5, seed=0, regime='scratch'))
+            for m in ('kcr', 'magnitude')}
+    opt = f'model.backbone.select_hidden={hidden}'
+    assert (opt in runner.options['kcr_0.5_search']) == bool(hidden)
+    for export in ('kcr_0.5_subnet', 'magnitude_0.5_subnet'):
+        assert runner.options[export].get('model.backbone.select_hidden') == hidden
+    for row in rows.values():
+        assert row.get('select_hidden') == hidden
+    assert 'model.cost.target.flops=0.5' in runner.options['kcr_0.5_search']
+
+
+def test_flops_select_hidden_reaches_the_grids_budgets():
+    """Why MobileViT-XS prunes hidden units at equal FLOPs: with MLP channels alone its
+    FLOPs floor at 64×64 is above 0.7; with FLOPS_SELECT_HIDDEN every method's network
+    (DCS's and KCR's supernets, the pruners' dcs-arch2) reaches 0.5 in groups of 8."""
+    from mmdcs.apis.compare import (FLOPS_SELECT_HIDDEN, MODELS, ROOT, TABLE_VARIANTS,
+                                    search_config)
+    from mmdcs.apis.subnet_io import build_model, load_task_config
+    from mmdcs.selection.budget import build_cost
+
+    def floor(config, options):
+        cfg, scope = load_task_config(osp.join(ROOT, config), options)
+        cost = build_cost('flops', build_model(cfg.model, scope), input_size=(64, 64))
+        return cost.ratio(cost.floor_at(8))
+
+    model = 'mobilevit-xs'
+    nets = [(search_config(model, 'dcs'), {}), (search_config(model, 'kcr'), {}),
+            (MODELS[model]['baseline'], {'model.backbone.variant': TABLE_VARIANTS['pruned']})]
+    for config, options in nets:
+        assert floor(config, options) > 0.7, config
+        assert floor(config, dict(options, **{
+            'model.backbone.select_hidden': FLOPS_SELECT_HIDDEN[model]})) < 0.5, config
+
+
+def _results_dir(path, rows, settings=None):
+    import os
+    os.makedirs(path, exist_ok=True)
+    with open(osp.join(path, 'results.json'), 'w') as f:
+        json.dump(dict(version=1, settings=settings or dict(epochs=4, train_images=0,
+                                                              resource='flops',
+                                                              search_epochs=4,
+                                                              retrain='default'),
+                       rows=rows), f)
+    return str(path)
+
+
+def test_merge_joins_grids_run_apart_and_refuses_conflicts(tmp_path):
+    """--merge: the rows of two folders (one per seed) in one results.json with the reports;
+    merging again adds nothing; a run with two results, or other settings: one line, the
+    merged file unchanged."""
+    from mmdcs.apis.compare import merge
+    rows = _rows()
+    a = _results_dir(tmp_path / 'a', [r for r in rows if r['seed'] != 2])
+    b = _results_dir(tmp_path / 'b', [r for r in rows if r['seed'] == 2])
+    out = str(tmp_path / 'all')
+    lines = []
+    merged = merge([a, b], out, log=lines.append)
+    assert sorted(map(run_key, merged)) == sorted(map(run_key, rows))
+    assert {r['runs'] for r in merged} == {osp.join('..', 'a', 'runs'),
+                                          osp.join('..', 'b', 'runs')}
+    assert all(osp.exists(osp.join(out, f)) for f in ('summary.md', 'accuracy_vs_cost.png'))
+    assert merge([a, b], out, log=lines.append) == merged
+    before = open(osp.join(out, 'results.json')).read()
+    clash = _results_dir(tmp_path / 'c', [dict(rows[0], top1=1.)])
+    with pytest.raises(UserError, match='two results'):
+        merge([clash], out, log=lines.append)
+    other = _results_dir(tmp_path / 'd', rows[:1], settings=dict(epochs=1))
+    with pytest.raises(UserError, match='other settings'):
+        merge([a, other], str(tmp_path / 'e'), log=lines.append)
+    assert open(osp.join(out, 'results.json')).read() == before
+    assert not osp.exists(tmp_path / 'e' / 'results.json')

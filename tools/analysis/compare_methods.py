@@ -14,6 +14,9 @@ and fine-tunes from the inherited weights (the choice of channels counts too). D
 (one row per run; rows already there are skipped: resumable), DIR/summary.md (mean ± std
 top-1, ratios, paired differences against magnitude), DIR/accuracy_vs_cost.png and
 DIR/widths.png (per-block kept widths of each method). Logs and checkpoints under DIR/runs/.
+Grids run apart (one process per model or per seed, each with its own --out and the same
+settings; on 2 cores two one-thread processes train faster than one) are joined with
+``--merge SRC [SRC ...] --out DIR``: their rows in DIR/results.json and DIR's reports.
 
 ``--resource latency``: the budgets are latency ratios of the baseline backbone, predicted by a
 latency table of the network each method exports (DCS's supernet, KCR's, the pruners' baseline
@@ -39,7 +42,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.compare import METHODS, MODELS, RESOURCES, RETRAIN, compare  # noqa: E402
+from mmdcs.apis.compare import METHODS, MODELS, RESOURCES, RETRAIN, compare, merge  # noqa: E402
 from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
                                positive_int,
                                user_errors)
@@ -84,6 +87,10 @@ def parse_args(argv=None):
                    help='do not measure the latency ratio of each pruned model')
     p.add_argument('--data', default='data/digits',
                    help='the digits datasets (tools/data/build_digits.py; default: %(default)s)')
+    p.add_argument('--merge', nargs='+', default=None, metavar='SRC',
+                   help='merge the results of grids run apart (e.g. one process per model or '
+                   'seed, each with its own --out and the same settings) into --out and write '
+                   'its reports; runs nothing')
     p.add_argument('--out', required=True, help='output directory (resumed if it holds '
                    'results.json of the same settings)')
     return p.parse_args(argv)
@@ -93,6 +100,9 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         check_output_dir(args.out, '--out')
+        if args.merge:
+            merge(args.merge, args.out)
+            return
         compare(args.models, args.methods, args.budgets, args.seeds, args.out, args.epochs,
                 args.train_images, args.pretrained, args.resource, args.data,
                 args.search_epochs, args.retrain, not args.no_latency,
