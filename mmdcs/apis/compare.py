@@ -501,17 +501,17 @@ def plot_accuracy_vs_cost(rows: List[dict], path: str, cost: str = 'flops_ratio'
 
 def plot_widths(rows: List[dict], path: str) -> None:
     """Per-block kept fraction (mean over seeds) of every method, one panel per model, regime
-    and budget: what each method allocates differently."""
+    and budget: what each method allocates differently (a unit's hidden units, where they
+    are pruned, as '<name> hidden' beside its channels)."""
     plt = _plt()
     acc = defaultdict(lambda: defaultdict(list))
-    dims = {}
     for r in rows:
-        if not r.get('widths'):
+        units = width_units(r)
+        if not units:
             continue
         key = (r['regime'], r['model'], float(r['budget']))
-        for block, (kept, dim) in r['widths'].items():
+        for block, (kept, dim) in units.items():
             acc[key + (r['method'], )][block].append(kept / dim)
-            dims[(r['model'], block)] = dim
     panels = sorted({k[:3] for k in acc})
     fig, axes = plt.subplots(max(1, len(panels)), 1, figsize=(10, 3 * max(1, len(panels))),
                              squeeze=False)
@@ -534,6 +534,13 @@ def plot_widths(rows: List[dict], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def width_units(row: dict) -> Dict[str, List[int]]:
+    """A row's kept widths, label → [kept, full]: its channels under the block's name, its
+    hidden units (where pruned) as '<name> hidden'."""
+    return dict([(b, list(w)) for b, w in (row.get('widths') or {}).items()] + [
+        (f'{b} hidden', list(w)) for b, w in (row.get('hidden_widths') or {}).items()])
 
 
 def _block_order(name: str):
@@ -856,9 +863,12 @@ class Runner:
             row.update(params_ratio=1., flops_ratio=1., widths={})
         else:
             m = spec['meta']['budget']['measured']
+            # channels and hidden units apart: a block's MLP has both under one name
             row.update(params_ratio=m['params']['ratio'], flops_ratio=m['flops']['ratio'],
-                       widths={b['name']: [b['kept'], b['dim']] for b in
-                               spec['blocks'] + spec.get('hidden', [])})
+                       widths={b['name']: [b['kept'], b['dim']] for b in spec['blocks']})
+            if spec.get('hidden'):
+                row['hidden_widths'] = {b['name']: [b['kept'], b['dim']]
+                                        for b in spec['hidden']}
         if self.tables is not None:  # predicted by the table, measured by the export
             if spec is None:
                 row.update(latency_ratio=1., predicted_latency_ratio=1.)

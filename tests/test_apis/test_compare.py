@@ -318,3 +318,32 @@ def test_merge_joins_grids_run_apart_and_refuses_conflicts(tmp_path):
         merge([a, other], str(tmp_path / 'e'), log=lines.append)
     assert open(osp.join(out, 'results.json')).read() == before
     assert not osp.exists(tmp_path / 'e' / 'results.json')
+
+
+def test_row_keeps_channels_and_hidden_units_apart(tmp_path):
+    """A block's MLP has channels and hidden units under one name: the row keeps both
+    (``widths``, ``hidden_widths``) and the widths plot draws both."""
+    from mmdcs.apis.compare import plot_widths, width_units
+
+    class Fixed(Runner):
+        @staticmethod
+        def top1(work_dir, epochs):
+            return 60.
+
+    spec = dict(blocks=[dict(name='stages.2.1.transformer.0.mlp', kept=8, dim=96)],
+                hidden=[dict(name='stages.2.1.transformer.0.mlp', kept=96, dim=192),
+                        dict(name='stages.0.0', kept=16, dim=64)],
+                meta=dict(budget=dict(measured=dict(params=dict(ratio=0.9),
+                                                    flops=dict(ratio=0.5)))))
+    runner = Fixed(str(tmp_path), 'data/digits', 4, 0, 'scratch', latency=False)
+    row = runner._row(str(tmp_path / 'w'), 4, 'cfg.py', [], spec)
+    assert row['widths'] == {'stages.2.1.transformer.0.mlp': [8, 96]}
+    assert row['hidden_widths'] == {'stages.2.1.transformer.0.mlp': [96, 192],
+                                    'stages.0.0': [16, 64]}
+    assert width_units(row) == {'stages.2.1.transformer.0.mlp': [8, 96],
+                                'stages.2.1.transformer.0.mlp hidden': [96, 192],
+                                'stages.0.0 hidden': [16, 64]}
+    png = str(tmp_path / 'widths.png')
+    plot_widths([dict(row, regime='scratch', model='mobilevit-xs', method='kcr', budget=0.5,
+                      seed=0)], png)
+    assert osp.getsize(png) > 0
