@@ -64,6 +64,10 @@ METHODS = SEARCHED + PRUNERS
 REGIMES = ('scratch', 'pretrained')
 RESOURCES = ('flops', 'latency')
 RETRAIN = ('default', 'ce-only')
+#: the methods that rank attention heads (``select_heads``): the searches' gates per head and
+#: the magnitude pruner's norms per head; uniform / random (given widths) and Taylor keep every
+#: head
+HEAD_METHODS = ('dcs', 'kcr', 'magnitude')
 #: the reference of the paired differences
 REFERENCE = 'magnitude'
 RESULTS_VERSION = 1
@@ -648,8 +652,11 @@ class Runner:
                  latency: bool = True, python: str = sys.executable,
                  extra: Sequence[str] = (), theta_masks: bool = True,
                  arch_lr: Optional[float] = None, tables: Optional[LatencyTables] = None,
-                 measure_options: Optional[dict] = None, pruner_epochs: Optional[int] = None):
+                 measure_options: Optional[dict] = None, pruner_epochs: Optional[int] = None,
+                 select_heads: bool = False):
         self.work, self.data, self.epochs = work, data, epochs
+        #: every method that ranks heads (:data:`HEAD_METHODS`) prunes attention heads too
+        self.select_heads = bool(select_heads)
         #: the pruners' fine-tuning epochs in the pretrained regime (default ``epochs``;
         #: ``epochs + search_epochs`` trains them as long as a search plus its fine-tuning)
         self.pruner_epochs = pruner_epochs or epochs
@@ -752,6 +759,8 @@ class Runner:
             lr = float(self.arch_lr)
             opts += [f'optim_wrapper.arch.optimizer.lr={lr!r}',
                      f'param_scheduler.arch.0.eta_min={lr * ARCH_LR_ETA_MIN_SHARE!r}']
+        if self.select_heads:
+            opts.append('model.backbone.select_heads=True')
         if base_ckpt is not None:
             opts.append(f'load_from={base_ckpt}')
         return opts
@@ -789,9 +798,11 @@ class Runner:
                 if source:
                     widths_from = self._dir(run, f'{source}_{budget:g}_subnet', 'subnet.json')
             hidden = self.select_hidden(model)
+            options = {'model.backbone.select_hidden': hidden} if hidden else {}
+            if self.select_heads:
+                options['model.backbone.select_heads'] = True
             spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, seed,
-                               widths_from, model,
-                               {'model.backbone.select_hidden': hidden} if hidden else None)
+                               widths_from, model, options or None)
         cfg = retrain_config(model, method, self.retrain, pretrained)
         subnet = osp.join(spec_dir, 'subnet.json')
         if method == 'dcs' and not self.theta_masks:
@@ -869,6 +880,8 @@ class Runner:
             if spec.get('hidden'):
                 row['hidden_widths'] = {b['name']: [b['kept'], b['dim']]
                                         for b in spec['hidden']}
+            if spec.get('heads'):
+                row['heads'] = {b['name']: [b['kept'], b['dim']] for b in spec['heads']}
         if self.tables is not None:  # predicted by the table, measured by the export
             if spec is None:
                 row.update(latency_ratio=1., predicted_latency_ratio=1.)
@@ -998,7 +1011,7 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
             run_one: Optional[Callable[[dict], dict]] = None,
             log: Callable[[str], None] = _print, arch_lr: Optional[float] = None,
             tables: Optional[LatencyTables] = None,
-            pruner_epochs: Optional[int] = None) -> List[dict]:
+            pruner_epochs: Optional[int] = None, select_heads: bool = False) -> List[dict]:
     """The comparison: every run of :func:`plan` not yet in DIR/results.json, then the
     reports.
 
@@ -1009,7 +1022,10 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     KCR searches' architecture optimiser lr (the α-lr ablation; recorded in the settings).
     ``pruner_epochs`` (pretrained regime only): the fine-tuning epochs of the pruners
     (magnitude, uniform, random, Taylor), e.g. ``epochs + search_epochs`` to train them as long
-    as a search and its fine-tuning (the equal-training control; recorded in the settings)."""
+    as a search and its fine-tuning (the equal-training control; recorded in the settings).
+    ``select_heads``: DCS, KCR and magnitude prune attention heads too (a gate per head in the
+    searches, heads ranked by the norm of their q/k/v rows and proj columns; recorded in the
+    settings): the head-selection ablation at equal FLOPs."""
     for name, given, known in (('--models', models, MODELS), ('--methods', methods, METHODS)):
         bad = [x for x in given if x not in known]
         if bad:
@@ -1031,6 +1047,14 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         raise UserError(f'--arch-lr must be a positive number, got {arch_lr!r}')
     if retrain not in RETRAIN:
         raise UserError(f'--retrain must be one of {RETRAIN}')
+    if select_heads:
+        if resource == 'latency':
+            raise UserError('--select-heads with --resource latency: the comparison\'s latency '
+                            'tables have no head units yet; compare heads at equal FLOPs')
+        other = [m for m in methods if m not in HEAD_METHODS]
+        if other:
+            raise UserError(f'--select-heads: {", ".join(other)} do not rank heads (they would '
+                            f'keep every head); use --methods among {", ".join(HEAD_METHODS)}')
     if pruner_epochs is not None:
         if not pretrained:
             raise UserError('--pruner-epochs goes with --pretrained (from scratch every method '
@@ -1043,6 +1067,8 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
                     search_epochs=search_epochs or epochs, retrain=retrain)
     if not theta_masks:
         settings['theta_masks'] = False
+    if select_heads:
+        settings['select_heads'] = True
     if arch_lr is not None:
         settings['arch_lr'] = float(arch_lr)
     if pruner_epochs is not None and pruner_epochs != epochs:
@@ -1059,7 +1085,8 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     if run_one is None:
         run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,
                          search_epochs, retrain, latency, theta_masks=theta_masks,
-                         arch_lr=arch_lr, tables=tables, pruner_epochs=pruner_epochs)
+                         arch_lr=arch_lr, tables=tables, pruner_epochs=pruner_epochs,
+                         select_heads=select_heads)
     rows = run_grid(runs, results, run_one, log)
     paths = write_reports(out, rows, settings, resource)
     log(f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"

@@ -347,3 +347,35 @@ def test_row_keeps_channels_and_hidden_units_apart(tmp_path):
     plot_widths([dict(row, regime='scratch', model='mobilevit-xs', method='kcr', budget=0.5,
                       seed=0)], png)
     assert osp.getsize(png) > 0
+
+
+def test_select_heads_reaches_every_head_ranking_method(tmp_path):
+    """--select-heads: the searches get a gate per head, the magnitude export ranks heads,
+    rows list the kept heads; recorded in the settings; refused for the methods that keep
+    every head and with latency budgets (one line)."""
+    runner = _OptionsRunner(str(tmp_path / 'runs'), 'data/digits', 4, 0, 'scratch',
+                            latency=False, select_heads=True)
+    for m in ('dcs', 'kcr', 'magnitude'):
+        runner(dict(model='deit-tiny', method=m, budget=0.7, seed=0, regime='scratch'))
+    for m in ('dcs', 'kcr'):
+        assert 'model.backbone.select_heads=True' in runner.options[f'{m}_0.7_search']
+        assert runner.options[f'{m}_0.7_subnet']['model.backbone.select_heads'] is True
+    assert runner.options['magnitude_0.7_subnet'] == {'model.backbone.select_heads': True}
+    plain = _OptionsRunner(str(tmp_path / 'plain'), 'data/digits', 4, 0, 'scratch',
+                           latency=False)
+    plain(dict(model='deit-tiny', method='kcr', budget=0.7, seed=0, regime='scratch'))
+    assert not any('select_heads' in o for o in plain.options['kcr_0.7_search'])
+
+    calls = []
+    out = str(tmp_path / 'heads')
+    compare(['deit-tiny'], ['kcr', 'magnitude'], [0.7], [0], out, 4, 0, latency=False,
+            run_one=_fake_run(calls), log=lambda s: None, select_heads=True)
+    with open(osp.join(out, 'results.json')) as f:
+        assert json.load(f)['settings']['select_heads'] is True
+    for kw, message in ((dict(methods=['kcr', 'uniform']), 'uniform do not rank heads'),
+                        (dict(methods=['kcr'], resource='latency'), 'no head units')):
+        methods = kw.pop('methods')
+        with pytest.raises(UserError, match=message):
+            compare(['deit-tiny'], methods, [0.7], [0], str(tmp_path / 'x'), 4, 0,
+                    run_one=_fake_run(calls), select_heads=True, **kw)
+        assert not osp.exists(tmp_path / 'x' / 'results.json')

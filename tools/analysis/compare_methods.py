@@ -83,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument('--arch-lr', type=positive_float, default=None, metavar='LR',
                    help='lr of the DCS/KCR architecture optimiser (default: the search '
                    'config\'s, 0.2)')
+    p.add_argument('--select-heads', action='store_true',
+                   help='DCS, KCR and magnitude prune attention heads too (a gate per head in '
+                   'the searches; the head-selection ablation, at equal FLOPs)')
     p.add_argument('--no-latency', action='store_true',
                    help='do not measure the latency ratio of each pruned model')
     p.add_argument('--data', default='data/digits',
@@ -107,7 +110,7 @@ def main(argv=None):
                 args.train_images, args.pretrained, args.resource, args.data,
                 args.search_epochs, args.retrain, not args.no_latency,
                 not args.no_theta_masks, arch_lr=args.arch_lr,
-                pruner_epochs=args.pruner_epochs)
+                pruner_epochs=args.pruner_epochs, select_heads=args.select_heads)
 
 
 if __name__ == '__main__':
