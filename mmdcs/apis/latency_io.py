@@ -13,9 +13,9 @@ import torch.nn as nn
 
 from mmdcs.analysis.complexity import PAPER_VARIANT, backbone_class
 from mmdcs.analysis.latency import _size
-from mmdcs.analysis.latency_table import (DTYPES, build_table, device_name, format_validation,
-                                          load_table, validate)
-from mmdcs.analysis.latency_target import latency_target_row
+from mmdcs.analysis.latency_table import (DTYPES, build_table, check_timed_apart, device_name,
+                                          format_validation, load_table, validate)
+from mmdcs.analysis.latency_target import latency_target_row, supernet_pair
 from mmdcs.analysis.peer_benchmark import import_torch_pruning, peer_benchmark
 from mmdcs.selection.budget import BudgetError
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
@@ -178,8 +178,9 @@ def latency_target_rows(models: Sequence[str], target: float,
     tables have head units and their own file names; a kept table is checked against the
     supernet (:meth:`LatencyCost.check_backbone`: one without head units, or with other
     selection options, is refused in one line naming the file, not measured again over it);
-    a family without head selection is one line before anything is measured. ``options``: the
-    row's other arguments."""
+    a family without head selection, or whose attention selects its heads and its channels in
+    one module (EfficientViT's LiteMLA: no table can time them apart), is one line before
+    anything is measured. ``options``: the row's other arguments."""
     check_device(device, dtype)
     for arch in models:
         try:
@@ -189,6 +190,15 @@ def latency_target_rows(models: Sequence[str], target: float,
         if select_heads and not cls.supports_heads:
             raise UserError(f'--select-heads: {arch} ({cls.__name__}) has no head selection '
                             '(supports_heads is False)')
+    for arch in models if select_heads else ():  # a table must time heads apart
+        sup = supernet_pair(arch, variant, input_size, select_hidden,
+                            select_heads=True)[0]
+        try:
+            check_timed_apart(sup)
+        except ValueError as e:
+            raise UserError(f'--select-heads: {arch}: {e} (--target-flops --select-heads '
+                            'counts them exactly)') from e
+        del sup
     _tables_dir(tables)
     rows = []
     for arch in models:

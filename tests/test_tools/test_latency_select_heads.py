@@ -206,3 +206,19 @@ def test_a_family_without_heads_is_one_line(target, synthetic, tmp_path, monkeyp
                          capsys, cwd=None)
     _one_line(code, err, 'deit-tiny (ViT) has no head selection')
     assert not (tmp_path / 't').exists()
+
+
+def test_heads_a_table_cannot_time_apart_are_one_line(synthetic, tmp_path, monkeypatch,
+                                                       capsys):
+    """EfficientViT's LiteMLA selects its heads and its channels in one module: its latency
+    table cannot be built with heads (the builder refuses it), said in one line before anything
+    is measured; at a FLOPs target its heads are counted exactly."""
+    monkeypatch.chdir(tmp_path)
+    args = ['--models', 'efficientvit-b1', '--size', '64', '--batch', '1', '--devices', 'cpu',
+            '--repeats', '1', '--warmup', '0', '--system-malloc', '--select-heads']
+    code, err = run_main(TOOL, args + ['--target-latency', '0.7', '--tables', 't'], capsys,
+                         cwd=None)
+    line = _one_line(code, err, '--select-heads: efficientvit-b1: ')
+    assert 'cannot time them apart' in line and not (tmp_path / 't').exists()
+    (row, ) = load_tool(TOOL).main(args + ['--target-flops', '0.7', '--select-hidden', 'all'])
+    assert abs(row['flops_ratio'] - 0.7) <= 0.01 and 'heads_kept' in row
