@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from mmdcs.selection import DCSAttention, SubnetSpec
 from .complexity import (TABLE_MODELS, _takes_mode, backbone_class,
                          build_backbone, count_flops, default_input_size, flop_analysis,
-                         flops_budget_subnet, flops_heads_subnet, random_subnet)
+                         flops_budget_subnet, flops_ranked_subnet, random_subnet)
 
 Size = Tuple[int, int]
 
@@ -537,8 +537,8 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                input_size: Union[None, int, Sequence[int]] = None, seed: int = 0,
                multiple_of: int = 1, target_flops: Optional[float] = None,
                select_hidden: bool = False, prune_channels: bool = True,
-               theta_rank: Optional[int] = None,
-               select_heads: bool = False) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
+               theta_rank: Optional[int] = None, select_heads: bool = False,
+               ranked: bool = False) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
     """(baseline backbone, pruned subnet backbone, its spec), eval mode, random weights.
 
     With ``target_flops`` the subnet is instead the one at that FLOPs budget (one kept ratio for
@@ -553,7 +553,8 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     grid). ``theta_rank``: the random subnet's Linear_θ at that rank (DCS; recorded in the spec).
     ``select_heads`` (with ``target_flops``): attention heads pruned too, the channels, hidden
     units and heads ranked by the magnitude scorer per unit of FLOPs
-    (:func:`~mmdcs.analysis.complexity.flops_heads_subnet`) instead of one kept ratio.
+    (:func:`~mmdcs.analysis.complexity.flops_ranked_subnet`) instead of one kept ratio;
+    ``ranked``: that ranking without heads (the same export, every head kept).
     """
     cls = backbone_class(arch)
     size = _size(input_size, arch)
@@ -568,11 +569,11 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         kwargs = cls.size_kwargs(size)
         if theta_rank is not None:
             kwargs['theta_rank'] = theta_rank
-        if select_heads and (target_flops is None or not prune_channels):
-            raise ValueError('select_heads goes with target_flops and prune_channels')
-        if target_flops is not None and select_heads:
-            spec = flops_heads_subnet(cls, arch, variant, target_flops, select_hidden, seed,
-                                      multiple_of, **kwargs)
+        if (select_heads or ranked) and (target_flops is None or not prune_channels):
+            raise ValueError('select_heads and ranked go with target_flops and prune_channels')
+        if target_flops is not None and (select_heads or ranked):
+            spec = flops_ranked_subnet(cls, arch, variant, target_flops, select_hidden,
+                                       select_heads, seed, multiple_of, **kwargs)
         elif target_flops is not None:
             spec = flops_budget_subnet(cls, arch, variant, target_flops, select_hidden,
                                        prune_channels, seed, multiple_of, **kwargs)

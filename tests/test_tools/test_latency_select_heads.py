@@ -181,6 +181,17 @@ def test_flops_target_with_heads(synthetic, tmp_path, capsys):
     (plain, ) = load_tool(TOOL).main(ARGS + ['--select-hidden', '--target-flops', '0.7'])
     out = capsys.readouterr().out
     assert 'heads_kept' not in plain and 'heads kept' not in out
+    # --ranked: the same export without heads (every head kept), the row to set beside it
+    (ranked, ) = load_tool(TOOL).main(ARGS + ['--select-hidden', '--target-flops', '0.7',
+                                              '--ranked'])
+    assert abs(ranked['flops_ratio'] - 0.7) <= 0.01 and 'heads_kept' not in ranked
+    _, sub, spec = latency.build_pair('deit-tiny', input_size=32, target_flops=0.7,
+                                      select_hidden=True, multiple_of=8, ranked=True)
+    assert spec.meta['budget']['ranked'] == 'channels and hidden units' and not spec.heads
+    assert spec.meta['select_heads'] is False
+    assert ranked['flops_ratio'] == pytest.approx(spec.meta['budget']['achieved_ratio'],
+                                                  rel=1e-6)
+    assert all(m.num_heads == 3 for m in sub.modules() if hasattr(m, 'prune_heads_'))
 
 
 @pytest.mark.parametrize('extra, match', [
@@ -188,6 +199,7 @@ def test_flops_target_with_heads(synthetic, tmp_path, capsys):
     (['--select-heads', '--ratio', '0.5'], '--select-heads goes with'),
     (['--select-heads', '--target-flops', '0.7', '--select-hidden', '--hidden-only'],
      '--select-heads does not go with --hidden-only'),
+    (['--ranked', '--target-latency', '0.7'], '--ranked goes with --target-flops'),
 ])
 def test_bad_input_is_one_line(extra, match, synthetic, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -26,6 +26,9 @@ column (kept/total over the attentions):
     python tools/analysis/latency.py --target-flops 0.7 --select-heads [--select-hidden] ...
     python tools/analysis/latency.py --target-latency 0.7 --select-heads [--tables DIR] ...
 
+--ranked (--target-flops) is that FLOPs export without heads (every head kept), the row to set
+beside a --select-heads one: the same ranking, so the two differ only in the heads.
+
 At a latency target: each model's latency table on this device (read from --tables DIR when
 it holds one for the same model, input size, batch, threads, device and dtype; else measured and
 kept there), the budget subnet the table predicts at R (channels, with --select-hidden also hidden
@@ -109,6 +112,10 @@ def parse_args(argv=None):
                    '(select_heads=True; channels, hidden units and heads ranked jointly by the '
                    'magnitude scorer per unit of FLOPs or of the latency table\'s time; the '
                    'table has head units and its own file name)')
+    p.add_argument('--ranked', action='store_true',
+                   help='with --target-flops: the channels (and hidden units) ranked by the '
+                   'magnitude scorer per unit of FLOPs, as --select-heads ranks them, instead of '
+                   'one kept ratio (implied by --select-heads)')
     p.add_argument('--hidden-only', action='store_true',
                    help='with --target-flops --select-hidden: prune the hidden units only '
                    '(every block keeps all its channels)')
@@ -185,6 +192,8 @@ def parse_args(argv=None):
     if args.select_heads and args.hidden_only:
         p.error('--select-heads does not go with --hidden-only (the heads are ranked with the '
                 'channels)')
+    if args.ranked and (args.target_flops is None or args.hidden_only):
+        p.error('--ranked goes with --target-flops (not --hidden-only)')
     if args.multiple_of is None:
         args.multiple_of = 8 if (args.target_flops or args.target_latency) is not None else 1
     if args.multiple_of < 1:
@@ -330,7 +339,7 @@ def run(args):
                     b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
                                          args.seed, args.multiple_of, args.target_flops,
                                          args.select_hidden, not args.hidden_only,
-                                         args.theta_rank, args.select_heads)
+                                         args.theta_rank, args.select_heads, args.ranked)
                 except (KeyError, ValueError) as e:
                     raise UserError(f'{m}: {e}') from e
                 return b, s, _size(args.size, m)
