@@ -20,8 +20,9 @@ too: the supernet is built with select_heads=True, its channels, hidden units (w
 --select-hidden) and heads ranked jointly by the magnitude scorer per unit of cost (FLOPs: the
 exact count, instead of one kept ratio; latency: its table, which then has head units and its
 own file name in --tables, '<arch>_<variant>[-hidden]-heads_...json'; a kept table without head
-units is refused in one line, not used and not overwritten); every row has a "heads kept"
-column (kept/total over the attentions):
+units is refused in one line, not used and not overwritten; EfficientViT, whose LiteMLA selects
+heads and channels in one module, has no table with heads: refused in one line); every row has
+a "heads kept" column (kept/total over the attentions):
 
     python tools/analysis/latency.py --target-flops 0.7 --select-heads [--select-hidden] ...
     python tools/analysis/latency.py --target-latency 0.7 --select-heads [--tables DIR] ...
