@@ -12,6 +12,10 @@ added (see :mod:`mmdcs.models.counting`, where the counting lives).
 * :func:`flops_budget_subnet` — a subnet at a FLOPs budget without a search (one kept ratio r for
   every block and, with ``select_hidden``, every MLP's hidden units, r chosen so that the whole
   backbone's FLOPs are ``target``·baseline; seeded random channels), for latency and size tables.
+* :func:`flops_ranked_subnet` — the same budget as the export meets it, with or without
+  attention heads: the joint ranking (channels, hidden units and, with ``select_heads``, heads
+  per unit of exact FLOPs) of a seeded random supernet scored by a registered scorer (default
+  the magnitude pruner's).
 * :func:`complexity_table` / :func:`format_table` — every model: baseline, DCS/KCR supernet and
   subnets at given kept ratios, beside the papers' own numbers (:data:`PAPER_NUMBERS`).
 """
@@ -29,7 +33,8 @@ from mmdcs.models.backbones.base import backbone_class, backbone_classes  # noqa
 from mmdcs.models.counting import (Size, _takes_mode, calibrate_cost,  # noqa: F401
                                    count_flops, count_params, flop_analysis, sdpa_flop_jit)
 from mmdcs.selection import SubnetSpec, hidden_selectors, prunable_modules
-from mmdcs.selection.budget import build_cost
+from mmdcs.selection.budget import budget_subnet, build_cost
+from mmdcs.selection.importance import get_scorer
 
 #: The papers' own numbers (method.md §9): (arch, variant) → whole classifier at the paper's input
 #: size (224; 256 for MobileViT). params in M, FLOPs in G, as printed in the papers.
@@ -201,6 +206,48 @@ def flops_budget_subnet(backbone_cls, arch: str, variant: str, target: float,
                              predicted_flops_ratio=round(ratio, 4),
                              budget_reached=abs(ratio - target) <= 0.01, seed=seed,
                              select_hidden=select_hidden, prune_channels=prune_channels)
+
+
+def flops_ranked_subnet(backbone_cls, arch: str, variant: str, target: float,
+                        select_hidden: Union[bool, str] = False, select_heads: bool = True,
+                        seed: int = 0, multiple_of: int = 8, method: str = 'magnitude',
+                        **backbone_kwargs) -> SubnetSpec:
+    """A subnet at a FLOPs budget as the export meets it, with attention heads pruned too
+    (``select_heads``) or not.
+
+    No single kept ratio applies to heads (a head is a whole unit, a few per attention), so
+    this is the export to a budget (:func:`mmdcs.selection.budget.budget_subnet`): the
+    supernet with ``select_heads`` and ``select_hidden``, random weights (``seed``), its
+    channels, hidden units and heads scored by the registered scorer ``method`` and ranked
+    jointly per unit of the exact FLOPs count (:func:`build_cost` ``'flops'`` at the nominal
+    input size), widths in groups of ``multiple_of``, heads one at a time (at least one per
+    attention). Without heads it is the comparison's other arm (same ranking, every head
+    kept). ValueError (one line) for ``select_heads`` on a family without head selection;
+    :class:`~mmdcs.selection.budget.BudgetError` (a ValueError) for a target it cannot meet
+    within ±1 %. ``meta`` records the target, the predicted ratio and ``select_heads``."""
+    cls = _resolve_class(backbone_cls)
+    if select_heads and not cls.supports_heads:
+        raise ValueError(f'{arch} ({cls.__name__}) has no head selection (supports_heads is '
+                         'False)')
+    if not 0 < target <= 1:
+        raise ValueError(f'the FLOPs target must be in (0, 1], got {target}')
+    torch.manual_seed(seed)
+    if select_heads:
+        backbone_kwargs['select_heads'] = True
+    sup = cls(arch=arch, variant=variant, select_hidden=select_hidden,
+              **backbone_kwargs).eval()
+    cost = build_cost('flops', sup, nominal_input_size(sup))
+    scorer = get_scorer(method)
+    scores, hidden_scores = scorer(sup, model=sup)
+    head_scores = scorer.heads(sup) if scorer.heads is not None and select_heads else None
+    spec = budget_subnet(sup, sup.family, arch, variant, scores, cost, target, multiple_of,
+                         hidden_scores=hidden_scores or None, normalize=scorer.normalize,
+                         head_scores=head_scores or None, method=method, target_flops=target,
+                         seed=seed, select_hidden=select_hidden, select_heads=bool(select_heads))
+    ratio = spec.meta['budget']['achieved_ratio']
+    spec.meta.update(predicted_flops_ratio=round(ratio, 4),
+                     budget_reached=abs(ratio - target) <= 0.01)
+    return spec
 
 
 # ----------------------------------------------------------------------------- classifiers

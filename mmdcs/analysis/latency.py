@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from mmdcs.selection import DCSAttention, SubnetSpec
 from .complexity import (TABLE_MODELS, _takes_mode, backbone_class,
                          build_backbone, count_flops, default_input_size, flop_analysis,
-                         flops_budget_subnet, random_subnet)
+                         flops_budget_subnet, flops_ranked_subnet, random_subnet)
 
 Size = Tuple[int, int]
 
@@ -537,7 +537,8 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                input_size: Union[None, int, Sequence[int]] = None, seed: int = 0,
                multiple_of: int = 1, target_flops: Optional[float] = None,
                select_hidden: bool = False, prune_channels: bool = True,
-               theta_rank: Optional[int] = None) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
+               theta_rank: Optional[int] = None, select_heads: bool = False,
+               ranked: bool = False) -> Tuple[nn.Module, nn.Module, SubnetSpec]:
     """(baseline backbone, pruned subnet backbone, its spec), eval mode, random weights.
 
     With ``target_flops`` the subnet is instead the one at that FLOPs budget (one kept ratio for
@@ -550,6 +551,10 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     multiple of ``multiple_of`` (:func:`mmdcs.selection.export_subnet`). Weights are random
     (timing does not depend on them); both are built at ``input_size`` (ViT: position-embedding
     grid). ``theta_rank``: the random subnet's Linear_θ at that rank (DCS; recorded in the spec).
+    ``select_heads`` (with ``target_flops``): attention heads pruned too, the channels, hidden
+    units and heads ranked by the magnitude scorer per unit of FLOPs
+    (:func:`~mmdcs.analysis.complexity.flops_ranked_subnet`) instead of one kept ratio;
+    ``ranked``: that ranking without heads (the same export, every head kept).
     """
     cls = backbone_class(arch)
     size = _size(input_size, arch)
@@ -564,7 +569,12 @@ def build_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         kwargs = cls.size_kwargs(size)
         if theta_rank is not None:
             kwargs['theta_rank'] = theta_rank
-        if target_flops is not None:
+        if (select_heads or ranked) and (target_flops is None or not prune_channels):
+            raise ValueError('select_heads and ranked go with target_flops and prune_channels')
+        if target_flops is not None and (select_heads or ranked):
+            spec = flops_ranked_subnet(cls, arch, variant, target_flops, select_hidden,
+                                       select_heads, seed, multiple_of, **kwargs)
+        elif target_flops is not None:
             spec = flops_budget_subnet(cls, arch, variant, target_flops, select_hidden,
                                        prune_channels, seed, multiple_of, **kwargs)
         else:
@@ -643,6 +653,9 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                 sub_gflops=sub_flops / 1e9, flops_ratio=flops_ratio, gap=gap,
                 within=abs(gap) <= tolerance, tolerance=tolerance,
                 repeats=repeats, warmup=warmup))
+            if spec is not None and spec.heads:  # head selection: the kept heads, summed
+                rows[-1].update(heads_kept=sum(b.kept for b in spec.heads),
+                                heads_total=sum(b.dim for b in spec.heads))
         if device.type == 'cuda':
             base.to('cpu')
             sub.to('cpu')
@@ -670,10 +683,13 @@ def _kept(ratio: Optional[float], hidden: Optional[float] = None) -> str:
 
 
 def format_latency_table(rows: Sequence[dict]) -> str:
-    """Markdown table of :func:`latency_pair` rows."""
+    """Markdown table of :func:`latency_pair` rows (a "heads kept" column, ``kept/total``,
+    when a row's subnet selects heads)."""
+    with_heads = any('heads_kept' in r for r in rows)
     head = ('| model | variant | kept | input | device | batch | threads | baseline ms/img | '
-            'subnet ms/img | latency ratio | (of min) | FLOPs ratio | gap | within ±tol |')
-    lines = [head, '|' + '---|' * 14]
+            'subnet ms/img | latency ratio | (of min) | FLOPs ratio | gap | within ±tol |'
+            + (' heads kept |' if with_heads else ''))
+    lines = [head, '|' + '---|' * (14 + with_heads)]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["variant"]} | '
@@ -681,7 +697,9 @@ def format_latency_table(rows: Sequence[dict]) -> str:
             f'{r["device"]} | {r["batch"]} | {r["threads"]} | {r["base_ms"]:.2f} | '
             f'{r["sub_ms"]:.2f} | {r["latency_ratio"]:.3f} | '
             f'{r.get("latency_ratio_min", float("nan")):.3f} | {r["flops_ratio"]:.3f} | '
-            f'{r["gap"]:+.3f} | {"yes" if r["within"] else "NO"} (±{r["tolerance"]:.2f}) |')
+            f'{r["gap"]:+.3f} | {"yes" if r["within"] else "NO"} (±{r["tolerance"]:.2f}) |'
+            + ((f' {r["heads_kept"]}/{r["heads_total"]} |' if 'heads_kept' in r else ' all |')
+               if with_heads else ''))
     return '\n'.join(lines)
 
 

@@ -162,6 +162,18 @@ def _head_units(backbone: nn.Module) -> Dict[str, int]:
     return {k: int(s.dim) for k, s in head_selectors(backbone).items()}
 
 
+def check_timed_apart(backbone: nn.Module) -> None:
+    """ValueError (one line) when a module of ``backbone`` has its heads and its channels (or
+    hidden units) selected together (EfficientViT's LiteMLA with ``select_heads``): a latency
+    table cannot time them apart, so :func:`build_table` refuses it (a tool can ask before it
+    measures anything)."""
+    dims, hdims = _units(backbone)
+    both = [k for k in _head_units(backbone) if k in dims or k in hdims]
+    if both:
+        raise ValueError(f'{both[0]}: its heads and its channels are selected in one module; a '
+                         'latency table cannot time them apart')
+
+
 def _spec(backbone, dims, hdims, widths: Dict[Tuple[str, str], int],
           adims: Optional[Dict[str, int]] = None) -> SubnetSpec:
     blocks = [BlockSelection(n, d, list(range(int(widths.get((CHANNELS, n), d)))))
@@ -462,12 +474,9 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
     clock = getattr(timer, 'clock_name', 'injected') if timer else default_clock(dev, threads)
     timer = timer or WallTimer(device=dev, clock=clock)
     size = (int(input_size[0]), int(input_size[-1]))
+    check_timed_apart(backbone)
     dims, hdims = _units(backbone)
     adims = _head_units(backbone)
-    both = [k for k in adims if k in dims or k in hdims]
-    if both:
-        raise ValueError(f'{both[0]}: its heads and its channels are selected in one module; a '
-                         'latency table cannot time them apart')
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn((int(batch), in_ch) + size, generator=g).to(dev, tdtype)

@@ -1,8 +1,9 @@
 """A paper model at a latency target (issue 23 item 6; docs/budgets.md): its latency table on
 this device (:func:`mmdcs.analysis.latency_table.build_table`, or a table given), the budget
 subnet that the table predicts at the target (:func:`mmdcs.selection.budget.budget_subnet`:
-channels and, with hidden-unit selection, hidden units ranked jointly per unit of predicted
-latency, widths in groups of ``multiple_of``), then that subnet **measured** against the baseline
+channels and, with hidden-unit selection, hidden units, with head selection (``select_heads``)
+attention heads too, ranked jointly per unit of predicted latency, widths in groups of
+``multiple_of``, heads one at a time), then that subnet **measured** against the baseline
 (interleaved rounds, medians: :func:`mmdcs.analysis.latency.time_models`), beside its FLOPs and
 parameter ratios.
 
@@ -38,9 +39,11 @@ COLUMNS = ('model', 'variant', 'input', 'device', 'dtype', 'batch', 'threads', '
 
 def supernet_pair(arch: str, variant: Optional[str] = None,
                   input_size: Union[None, int, Sequence[int]] = None,
-                  select_hidden: Union[bool, str] = False, seed: int = 0):
+                  select_hidden: Union[bool, str] = False, seed: int = 0,
+                  select_heads: bool = False):
     """(supernet, baseline, (H, W), variant) of ``arch``: the paper's variant of the family
-    unless ``variant`` is given, ``select_hidden`` passed to the supernet, random weights
+    unless ``variant`` is given, ``select_hidden`` and ``select_heads`` passed to the supernet
+    (a family without head selection refuses ``select_heads``: ValueError), random weights
     (``seed``), eval mode, both at ``input_size`` (default: the arch's nominal size)."""
     cls = backbone_class(arch)
     size = _size(input_size, arch)
@@ -49,6 +52,8 @@ def supernet_pair(arch: str, variant: Optional[str] = None,
     kwargs = cls.size_kwargs(size)
     if select_hidden:
         kwargs['select_hidden'] = select_hidden
+    if select_heads:
+        kwargs['select_heads'] = True
     sup = cls(arch, variant=variant, **kwargs).eval()
     base = build_backbone(arch, 'baseline', None, size).eval()
     return sup, base, size, variant
@@ -62,13 +67,15 @@ def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optio
                         multiple_of: int = 8, table: Optional[dict] = None,
                         table_rounds: int = 5, table_timer: Optional[Callable] = None,
                         seed: int = 0, progress: Optional[Callable[[str], None]] = None,
-                        on_table: Optional[Callable[[dict], None]] = None):
+                        on_table: Optional[Callable[[dict], None]] = None,
+                        select_heads: bool = False):
     """The budget subnet of a paper model at a latency target, not yet measured: the first half
     of :func:`latency_target_row` (same arguments), for the benchmarks that time it beside other
     models. Returns ``(spec, table, built, baseline, (H, W), variant)``: the
     :class:`~mmdcs.selection.SubnetSpec` (its ``meta['budget']`` has the predicted ratio), the
     table used, whether it was measured here, the baseline backbone (eval mode)."""
-    sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed)
+    sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed,
+                                             select_heads)
     built = table is None
     if built:
         table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
@@ -79,8 +86,11 @@ def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optio
     cost = LatencyCost.from_table(table, sup, size)
     scorer = get_scorer(method)
     scores, hidden_scores = scorer(sup, model=sup)
+    # heads ranked with channels and hidden units (a table with head units: checked above)
+    head_scores = (scorer.heads(sup) or None) if select_heads and scorer.heads else None
     spec = budget_subnet(sup, sup.family, arch, variant, scores, cost, target, multiple_of,
-                         hidden_scores=hidden_scores, normalize=scorer.normalize, method=method)
+                         hidden_scores=hidden_scores, normalize=scorer.normalize, method=method,
+                         head_scores=head_scores)
     return spec, table, built, base, size, variant
 
 
@@ -94,12 +104,15 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        repeats: int = 21, warmup: int = 3, timer: Optional[Callable] = None,
                        clock_timer: Optional[Callable] = None, seed: int = 0,
                        progress: Optional[Callable[[str], None]] = None,
-                       on_table: Optional[Callable[[dict], None]] = None) -> dict:
+                       on_table: Optional[Callable[[dict], None]] = None,
+                       select_heads: bool = False) -> dict:
     """One paper model at a latency target on this device.
 
     Args:
-        arch: e.g. ``'mobilevit-xs'``; variant, input_size, select_hidden, seed: the supernet
-            (:func:`supernet_pair`).
+        arch: e.g. ``'mobilevit-xs'``; variant, input_size, select_hidden, select_heads, seed:
+            the supernet (:func:`supernet_pair`); with ``select_heads`` its table has head units
+            (format 2) and the heads are ranked with the channels and hidden units (the
+            scorer's head scores).
         target: the latency ratio to the baseline asked for, in (floor, ceiling) of the table
             (:class:`~mmdcs.selection.budget.BudgetError` otherwise, one line).
         batch, threads, device, dtype: where the table is measured and the subnet timed.
@@ -123,7 +136,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         dict with the :data:`COLUMNS` (``*_ratio`` of the pruned backbone to the baseline's;
         ``baseline_ms``/``pruned_ms``: measured medians per call), ``predicted_ms``,
         ``rounds``, ``device_name``, ``spec`` (the subnet, a dict), ``table`` (the table used),
-        ``table_built`` (whether it was measured here) and ``seconds``.
+        ``table_built`` (whether it was measured here) and ``seconds``; with
+        ``select_heads`` also ``heads_kept`` and ``heads_total`` (summed over the attentions).
     """
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
@@ -132,7 +146,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         arch, target, batch, threads, device, dtype, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
         table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
-        on_table=on_table)
+        on_table=on_table, select_heads=select_heads)
     torch.manual_seed(seed)
     pruned = build_backbone(arch, spec.variant, spec, size).eval()
     flops_ratio = count_flops(pruned, size) / count_flops(base, size)
@@ -157,6 +171,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
             r = _rounds(fns, repeats, warmup, ct)
         ratio_clock = statistics.median(r['pruned']) / statistics.median(r['baseline'])
     b = spec.meta['budget']
+    heads = heads_kept(spec) if select_heads else {}
     return dict(model=arch, variant=variant, input=f'{size[0]}x{size[1]}', device=device,
                 device_name=device_name(dev), dtype=dtype, batch=int(batch), threads=threads,
                 target=float(target), predicted_ratio=float(b['achieved_ratio']),
@@ -164,20 +179,39 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                 measured_ratio_clock=ratio_clock, clock=clock,
                 flops_ratio=flops_ratio, params_ratio=params_ratio, baseline_ms=b_ms,
                 pruned_ms=p_ms, rounds=int(repeats), method=method, spec=spec.to_dict(),
-                table=table, table_built=built, seconds=time.perf_counter() - t0)
+                table=table, table_built=built, seconds=time.perf_counter() - t0, **heads)
+
+
+def heads_kept(spec) -> dict:
+    """``heads_kept`` / ``heads_total``: the kept heads of a subnet's head-selected attentions
+    and their number, summed (``{}`` when it lists none: every head kept)."""
+    if not spec.heads:
+        return {}
+    return dict(heads_kept=sum(b.kept for b in spec.heads),
+                heads_total=sum(b.dim for b in spec.heads))
+
+
+def heads_text(row: dict) -> str:
+    """A row's kept heads as ``kept/total`` (``all`` without head selection)."""
+    if row.get('heads_kept') is None:
+        return 'all'
+    return f'{row["heads_kept"]}/{row["heads_total"]}'
 
 
 def format_latency_target(rows: Sequence[dict]) -> str:
-    """Markdown table of :func:`latency_target_row` rows."""
+    """Markdown table of :func:`latency_target_row` rows (a "heads kept" column when a row has
+    head selection)."""
+    with_heads = any('heads_kept' in r for r in rows)
     lines = ['| model | variant | input | device | dtype | batch | threads | target | predicted '
              '| measured (wall) | measured (table\'s clock) | FLOPs ratio | params ratio | '
-             'baseline ms | pruned ms |',
-             '|' + '---|' * 15]
+             'baseline ms | pruned ms |' + (' heads kept |' if with_heads else ''),
+             '|' + '---|' * (15 + with_heads)]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["variant"]} | {r["input"]} | {r["device"]} | {r["dtype"]} | '
             f'{r["batch"]} | {r["threads"]} | {r["target"]:.2f} | {r["predicted_ratio"]:.3f} '
             f'| {r["measured_ratio"]:.3f} | {r["measured_ratio_clock"]:.3f} ({r["clock"]}) '
             f'| {r["flops_ratio"]:.3f} | {r["params_ratio"]:.3f} '
-            f'| {r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |')
+            f'| {r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |'
+            + (f' {heads_text(r)} |' if with_heads else ''))
     return '\n'.join(lines)

@@ -13,9 +13,9 @@ import torch.nn as nn
 
 from mmdcs.analysis.complexity import PAPER_VARIANT, backbone_class
 from mmdcs.analysis.latency import _size
-from mmdcs.analysis.latency_table import (DTYPES, build_table, device_name, format_validation,
-                                          load_table, validate)
-from mmdcs.analysis.latency_target import latency_target_row
+from mmdcs.analysis.latency_table import (DTYPES, build_table, check_timed_apart, device_name,
+                                          format_validation, load_table, validate)
+from mmdcs.analysis.latency_target import latency_target_row, supernet_pair
 from mmdcs.analysis.peer_benchmark import import_torch_pruning, peer_benchmark
 from mmdcs.selection.budget import BudgetError
 from mmdcs.selection.latency_cost import LatencyCost, LatencyTableError
@@ -122,14 +122,17 @@ def summary(table: dict) -> str:
 
 def table_file_name(arch: str, variant: str, size: Sequence[int], batch: int,
                     threads: Optional[int], device: str, dtype: str,
-                    select_hidden=False) -> str:
+                    select_hidden=False, select_heads: bool = False) -> str:
     """The file name a latency table is cached under in a ``--tables`` directory: everything
     a table is valid for (arch, variant, selection, input size, batch, threads, device,
-    dtype)."""
+    dtype). A head-selected supernet's table (head units) is ``-heads`` after the hidden-unit
+    part, so a table without head units is never looked up for it (the names without heads
+    are unchanged)."""
     hidden = '' if not select_hidden else '-hidden' if select_hidden is True else \
         f'-hidden-{select_hidden}'
-    return (f'{arch}_{variant}{hidden}_{size[0]}x{size[-1]}_b{batch}_t{threads or 0}_{device}_'
-            f'{dtype}.json')
+    heads = '-heads' if select_heads else ''
+    return (f'{arch}_{variant}{hidden}{heads}_{size[0]}x{size[-1]}_b{batch}_t{threads or 0}_'
+            f'{device}_{dtype}.json')
 
 
 def _tables_dir(tables: Optional[str]) -> None:
@@ -165,18 +168,37 @@ def latency_target_rows(models: Sequence[str], target: float,
                         device: str = 'cpu', dtype: str = 'fp32',
                         tables: Optional[str] = None, force: bool = False,
                         input_size=None, select_hidden=False, variant: Optional[str] = None,
-                        progress: Optional[Callable[[str], None]] = print, **options) -> list:
+                        progress: Optional[Callable[[str], None]] = print,
+                        select_heads: bool = False, **options) -> list:
     """:func:`mmdcs.analysis.latency_target.latency_target_row` of every model and batch size,
     the tables read from (or, when missing, measured and written to) the directory ``tables``
     (:func:`table_file_name`; None: measured and not kept). A table file that is corrupt or for
     another supernet, a target the table cannot meet, a device that is not here: one
-    :class:`UserError` line. ``options``: the row's other arguments."""
+    :class:`UserError` line. ``select_heads``: the supernets select attention heads too, their
+    tables have head units and their own file names; a kept table is checked against the
+    supernet (:meth:`LatencyCost.check_backbone`: one without head units, or with other
+    selection options, is refused in one line naming the file, not measured again over it);
+    a family without head selection, or whose attention selects its heads and its channels in
+    one module (EfficientViT's LiteMLA: no table can time them apart), is one line before
+    anything is measured. ``options``: the row's other arguments."""
     check_device(device, dtype)
     for arch in models:
         try:
-            backbone_class(arch)
+            cls = backbone_class(arch)
         except ValueError as e:
             raise UserError(str(e)) from e
+        if select_heads and not cls.supports_heads:
+            raise UserError(f'--select-heads: {arch} ({cls.__name__}) has no head selection '
+                            '(supports_heads is False)')
+    for arch in models if select_heads else ():  # a table must time heads apart
+        sup = supernet_pair(arch, variant, input_size, select_hidden,
+                            select_heads=True)[0]
+        try:
+            check_timed_apart(sup)
+        except ValueError as e:
+            raise UserError(f'--select-heads: {arch}: {e} (--target-flops --select-heads '
+                            'counts them exactly)') from e
+        del sup
     _tables_dir(tables)
     rows = []
     for arch in models:
@@ -184,19 +206,21 @@ def latency_target_rows(models: Sequence[str], target: float,
         size = _size(input_size, arch)
         for batch in batch_sizes:
             path, table = _kept_table(tables, table_file_name(
-                arch, var, size, batch, threads, device, dtype, select_hidden), force,
-                progress, f'{arch}: batch {batch}')
+                arch, var, size, batch, threads, device, dtype, select_hidden, select_heads),
+                force, progress, f'{arch}: batch {batch}')
             try:
                 row = latency_target_row(arch, target, batch, threads, device, dtype,
                                          variant=var, input_size=size,
                                          select_hidden=select_hidden, table=table,
+                                         select_heads=select_heads,
                                          progress=progress, on_table=None if path is None
                                          else lambda t, p=path: write_json(p, t, force=True),
                                          **options)
             except BudgetError as e:
                 raise UserError(f'{arch} (batch {batch}): {e}') from e
-            except LatencyTableError as e:
-                raise UserError(f'{path}: {e}') from e
+            except LatencyTableError as e:  # a kept table for another supernet: not used
+                raise UserError(f'{path}: {e}' + ('; --force measures it again'
+                                                  if table is not None else '')) from e
             row['table_file'] = path
             rows.append(row)
             if progress:
@@ -204,7 +228,10 @@ def latency_target_rows(models: Sequence[str], target: float,
                          f'measured {row["measured_ratio"]:.3f} (wall clock), '
                          f'{row["measured_ratio_clock"]:.3f} ({row["clock"]} clock), FLOPs '
                          f'{row["flops_ratio"]:.3f}, '
-                         f'params {row["params_ratio"]:.3f} ({row["seconds"]:.0f} s)')
+                         f'params {row["params_ratio"]:.3f}'
+                         + (f', heads {row["heads_kept"]}/{row["heads_total"]}'
+                            if 'heads_kept' in row else '')
+                         + f' ({row["seconds"]:.0f} s)')
     return rows
 
 

@@ -15,6 +15,21 @@ widths rounded up to a multiple of 8 unless --multiple-of says otherwise):
 
     python tools/analysis/latency.py --target-flops 0.7 --select-hidden [all] [--hidden-only] ...
 
+With --select-heads (--target-flops or --target-latency; issue 24) attention heads are pruned
+too: the supernet is built with select_heads=True, its channels, hidden units (with
+--select-hidden) and heads ranked jointly by the magnitude scorer per unit of cost (FLOPs: the
+exact count, instead of one kept ratio; latency: its table, which then has head units and its
+own file name in --tables, '<arch>_<variant>[-hidden]-heads_...json'; a kept table without head
+units is refused in one line, not used and not overwritten; EfficientViT, whose LiteMLA selects
+heads and channels in one module, has no table with heads: refused in one line); every row has
+a "heads kept" column (kept/total over the attentions):
+
+    python tools/analysis/latency.py --target-flops 0.7 --select-heads [--select-hidden] ...
+    python tools/analysis/latency.py --target-latency 0.7 --select-heads [--tables DIR] ...
+
+--ranked (--target-flops) is that FLOPs export without heads (every head kept), the row to set
+beside a --select-heads one: the same ranking, so the two differ only in the heads.
+
 At a latency target: each model's latency table on this device (read from --tables DIR when
 it holds one for the same model, input size, batch, threads, device and dtype; else measured and
 kept there), the budget subnet the table predicts at R (channels, with --select-hidden also hidden
@@ -93,6 +108,15 @@ def parse_args(argv=None):
                    'hidden units; "all": '
                    'also the expanded channels of the convolutional inverted bottlenecks '
                    '(MobileViT MV2, EfficientViT MBConv)')
+    p.add_argument('--select-heads', action='store_true',
+                   help='with --target-flops or --target-latency: also prune attention heads '
+                   '(select_heads=True; channels, hidden units and heads ranked jointly by the '
+                   'magnitude scorer per unit of FLOPs or of the latency table\'s time; the '
+                   'table has head units and its own file name)')
+    p.add_argument('--ranked', action='store_true',
+                   help='with --target-flops: the channels (and hidden units) ranked by the '
+                   'magnitude scorer per unit of FLOPs, as --select-heads ranks them, instead of '
+                   'one kept ratio (implied by --select-heads)')
     p.add_argument('--hidden-only', action='store_true',
                    help='with --target-flops --select-hidden: prune the hidden units only '
                    '(every block keeps all its channels)')
@@ -164,6 +188,13 @@ def parse_args(argv=None):
         p.error('--hidden-only goes with --target-flops')
     if args.hidden_only and not args.select_hidden:
         p.error('--hidden-only needs --select-hidden')
+    if args.select_heads and args.target_flops is None and args.target_latency is None:
+        p.error('--select-heads goes with --target-flops or --target-latency')
+    if args.select_heads and args.hidden_only:
+        p.error('--select-heads does not go with --hidden-only (the heads are ranked with the '
+                'channels)')
+    if args.ranked and (args.target_flops is None or args.hidden_only):
+        p.error('--ranked goes with --target-flops (not --hidden-only)')
     if args.multiple_of is None:
         args.multiple_of = 8 if (args.target_flops or args.target_latency) is not None else 1
     if args.multiple_of < 1:
@@ -241,14 +272,15 @@ def run_latency_target(args):
         rows += latency_target_rows(
             args.models or list(TABLE_MODELS), args.target_latency, args.batch_sizes,
             args.threads, device, args.dtype, args.tables, args.force, input_size=args.size,
-            select_hidden=args.select_hidden, multiple_of=args.multiple_of,
-            repeats=args.repeats, warmup=args.warmup, seed=args.seed,
+            select_hidden=args.select_hidden, select_heads=args.select_heads,
+            multiple_of=args.multiple_of, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
             progress=lambda line: print(line, flush=True))
     text = format_latency_target(rows)
     text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
              'the latency table\'s; measured: the subnet (magnitude ranking of a '
              f'randomly-initialised supernet) against the baseline, median of {args.repeats} '
-             'interleaved rounds.')
+             'interleaved rounds.' + (' Attention heads ranked with the channels '
+                                      '(--select-heads).' if args.select_heads else ''))
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
     kept = [{k: v for k, v in r.items() if k != 'table'} for r in rows]
@@ -295,9 +327,12 @@ def run(args):
         models = args.models or list(TABLE_MODELS)
         for m in models:
             try:
-                backbone_class(m)
+                cls = backbone_class(m)
             except ValueError as e:
                 raise UserError(str(e)) from e
+            if args.select_heads and not cls.supports_heads:
+                raise UserError(f'--select-heads: {m} ({cls.__name__}) has no head selection '
+                                '(supports_heads is False)')
         for m in models:
             def from_ratio(m=m):
                 from mmdcs.analysis.latency import _size
@@ -305,7 +340,7 @@ def run(args):
                     b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
                                          args.seed, args.multiple_of, args.target_flops,
                                          args.select_hidden, not args.hidden_only,
-                                         args.theta_rank)
+                                         args.theta_rank, args.select_heads, args.ranked)
                 except (KeyError, ValueError) as e:
                     raise UserError(f'{m}: {e}') from e
                 return b, s, _size(args.size, m)
@@ -325,7 +360,8 @@ def run(args):
             print(f'{arch}: {r["device"]} batch {r["batch"]}: baseline {r["base_ms"]:.2f} '
                   f'ms/img, subnet {r["sub_ms"]:.2f} ms/img, latency ratio '
                   f'{r["latency_ratio"]:.3f}, FLOPs ratio {r["flops_ratio"]:.3f} '
-                  f'({"within" if r["within"] else "NOT within"} ±{args.tolerance})',
+                  + (f'heads {r["heads_kept"]}/{r["heads_total"]} ' if 'heads_kept' in r else '')
+                  + f'({"within" if r["within"] else "NOT within"} ±{args.tolerance})',
                   flush=True)
         if args.profile:
             x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
