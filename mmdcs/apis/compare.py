@@ -784,8 +784,9 @@ class Runner:
         if method in SEARCHED:
             search_cfg = search_config(model, method, pretrained)
             opts = self.search_options(run, base_ckpt if pretrained else None)
-            ckpt = self.train(search_cfg, self._dir(run, f'{tag}_search'),
-                              self.search_epochs if pretrained else self.epochs, seed, opts)
+            # search_epochs (default: epochs) in both regimes: the search-length ablation
+            ckpt = self.train(search_cfg, self._dir(run, f'{tag}_search'), self.search_epochs,
+                              seed, opts)
             # the export builds the supernet the search trained (its selection, its budget)
             spec = self.export(search_cfg, ckpt, spec_dir, budget, 'alpha', model=model,
                                cfg_options=self._as_dict(o for o in opts

@@ -202,6 +202,9 @@ class _EpochsRunner(Runner):
                        'magnitude_0.7_finetune': 6}),
     ('pretrained', None, {'baseline': 4, 'kcr_0.7_search': 2, 'kcr_0.7_finetune': 4,
                           'magnitude_0.7_finetune': 4}),
+    # from scratch too the search trains --search-epochs (it ran --epochs, the option ignored)
+    ('scratch', None, {'baseline': 4, 'kcr_0.7_search': 2, 'kcr_0.7_retrain': 4,
+                       'magnitude_0.7_retrain': 4}),
 ])
 def test_pruner_epochs_trains_only_the_pruners_longer(tmp_path, regime, pruner_epochs,
                                                       expected):
