@@ -85,12 +85,17 @@ def search_config(model: str, method: str, pretrained: bool = False) -> str:
 
 
 def retrain_config(model: str, method: str, retrain: str = 'default',
-                   pretrained: bool = False) -> str:
+                   pretrained: bool = False, theta_masks: bool = True) -> str:
     """DCS / KCR retrain with their regulariser (``default``); every other method, and DCS /
     KCR with ``ce-only``, with cross-entropy only (the magnitude retrain config: the same
     schedule, EMA, no regulariser). ``pretrained``: the fine-tuning configs of
-    configs/pretrained/ (the same, at a lower lr)."""
+    configs/pretrained/ (the same, at a lower lr). DCS without its Linear_θ Q/K masks
+    (``theta_masks=False``, the ablation): its ``*-no-theta_digits.py`` configs, the IB term
+    without the temperature hook (the network has no Gumbel gates)."""
     kind = method if method in SEARCHED and retrain == 'default' else 'magnitude'
+    if kind == 'dcs' and not theta_masks:  # no Q/K masks: no Gumbel gates, no temperature hook
+        return (f'configs/pretrained/dcs-{model}_finetune-no-theta_digits.py' if pretrained
+                else f'configs/demo/dcs-{model}_retrain-no-theta_digits.py')
     if pretrained:
         return f'configs/pretrained/{kind}-{model}_finetune_digits.py'
     return f'configs/demo/{kind}-{model}_retrain_digits.py'
@@ -804,7 +809,7 @@ class Runner:
                 options['model.backbone.select_heads'] = True
             spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, seed,
                                widths_from, model, options or None)
-        cfg = retrain_config(model, method, self.retrain, pretrained)
+        cfg = retrain_config(model, method, self.retrain, pretrained, self.theta_masks)
         subnet = osp.join(spec_dir, 'subnet.json')
         if method == 'dcs' and not self.theta_masks:
             subnet = self._without_theta(spec, spec_dir)

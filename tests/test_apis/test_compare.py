@@ -382,3 +382,35 @@ def test_select_heads_reaches_every_head_ranking_method(tmp_path):
             compare(['deit-tiny'], methods, [0.7], [0], str(tmp_path / 'x'), 4, 0,
                     run_one=_fake_run(calls), select_heads=True, **kw)
         assert not osp.exists(tmp_path / 'x' / 'results.json')
+
+
+@pytest.mark.parametrize('pretrained', [False, True])
+@pytest.mark.parametrize('model', ['deit-tiny', 'mobilevit-xs'])
+def test_no_theta_retraining_has_no_temperature_hook(model, pretrained, tmp_path):
+    """--no-theta-masks retrains DCS's widths in a network without Q/K masks (no Gumbel
+    gates): its config keeps the IB term and drops the temperature hook, which refuses a
+    network without gates (the runs failed so before); the default DCS retraining keeps it."""
+    from mmengine.config import Config
+
+    from mmdcs.apis.compare import ROOT, retrain_config
+    from mmdcs.apis.subnet_io import build_model
+    from mmdcs.analysis.complexity import random_subnet
+    from mmdcs.models.backbones.base import backbone_class
+    from mmdcs.selection import gates
+
+    def hooks(cfg):
+        return [h['type'] for h in cfg.custom_hooks]
+
+    plain = Config.fromfile(osp.join(ROOT, retrain_config(model, 'dcs', pretrained=pretrained)))
+    assert 'mmdcs.TemperatureHook' in hooks(plain)
+    path = retrain_config(model, 'dcs', pretrained=pretrained, theta_masks=False)
+    cfg = Config.fromfile(osp.join(ROOT, path))
+    assert 'mmdcs.TemperatureHook' not in hooks(cfg)
+    assert 'mmdcs.RegularizerHook' in hooks(cfg) and cfg.model.regularizer.type == 'ib'
+    spec = random_subnet(backbone_class(model), model, 'dcs-arch2', 0.6,
+                         **backbone_class(model).size_kwargs((64, 64)))
+    subnet = str(tmp_path / 'subnet_no-theta.json')
+    spec.save(subnet)
+    cfg.model.backbone.subnet = subnet
+    net = build_model(cfg.model, 'mmpretrain')
+    assert not any(True for _ in gates(net))  # what the temperature hook refuses
