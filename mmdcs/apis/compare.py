@@ -565,6 +565,20 @@ def run_key(row: dict) -> tuple:
     return (row['regime'], row['model'], row['method'], float(row['budget']), int(row['seed']))
 
 
+def read_results(path: str, what: str = '') -> dict:
+    """The content of a results.json (a dict of this :data:`RESULTS_VERSION`); anything else
+    is one :class:`UserError` line (prefixed with ``what``)."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f'{what}{path} is not a results file of compare_methods.py: {e}')
+    if not isinstance(data, dict) or data.get('version') != RESULTS_VERSION:
+        raise UserError(f'{what}{path} is not a results file of compare_methods.py '
+                        f'(version {RESULTS_VERSION})')
+    return data
+
+
 class Results:
     """DIR/results.json: the settings and one row per finished run, rewritten atomically after
     each run. A file of other settings is refused (one line), never overwritten."""
@@ -573,14 +587,7 @@ class Results:
         self.path, self.settings = path, settings
         self.rows: List[dict] = []
         if osp.exists(path):
-            try:
-                with open(path) as f:
-                    data = json.load(f)
-            except (OSError, ValueError) as e:
-                raise UserError(f'{path} is not a results file of compare_methods.py: {e}')
-            if not isinstance(data, dict) or data.get('version') != RESULTS_VERSION:
-                raise UserError(f'{path} is not a results file of compare_methods.py '
-                                f'(version {RESULTS_VERSION})')
+            data = read_results(path)
             if data.get('settings') != settings:
                 raise UserError(
                     f'{path} holds results of other settings ({json.dumps(data.get("settings"))}'
@@ -942,14 +949,10 @@ def _last_top1(work_dir: str, epochs: int) -> Optional[float]:
 
 
 def _read_results(src: str) -> dict:
+    """A merge source's results.json (:func:`read_results`), with its settings and rows."""
     path = osp.join(src, 'results.json')
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f'--merge: {path} is not a results file of compare_methods.py: {e}')
-    if not isinstance(data, dict) or data.get('version') != RESULTS_VERSION or not isinstance(
-            data.get('settings'), dict) or not isinstance(data.get('rows'), list):
+    data = read_results(path, '--merge: ')
+    if not isinstance(data.get('settings'), dict) or not isinstance(data.get('rows'), list):
         raise UserError(f'--merge: {path} is not a results file of compare_methods.py '
                         f'(version {RESULTS_VERSION})')
     return data
