@@ -402,11 +402,37 @@ def _is_heads(unit) -> bool:
     return isinstance(unit, tuple) and len(unit) == 2 and unit[0] == HEADS
 
 
+#: how the greedy weighs the units against each other (:func:`select_units_to_budget`)
+PRIORS = ('cost', None)
+
+
+def unit_prices(dims: Dict[Hashable, int], count: Callable[[Dict[Hashable, int]], float],
+                units: Sequence[Hashable]) -> Dict[Hashable, float]:
+    """Each unit's average cost per element over its range, the other units at full width:
+    ``(count(full) − count(unit at width 1)) / (dim − 1)`` (for a linear count, its marginal
+    at full width; for a measured one, the mean slope of its curve). A unit of width 1, or
+    whose average is not positive (a measured curve that does not rise), gets the smallest
+    positive price of the others (1 if none)."""
+    full = {u: int(d) for u, d in dims.items()}
+    base = float(count(full))
+    out = {}
+    for u in units:
+        if full[u] > 1:
+            one = dict(full)
+            one[u] = 1
+            out[u] = (base - float(count(one))) / (full[u] - 1)
+    positive = [p for p in out.values() if p > 0 and math.isfinite(p)]
+    fallback = min(positive) if positive else 1.
+    return {u: out[u] if out.get(u, 0.) > 0 and math.isfinite(out[u]) else fallback
+            for u in units}
+
+
 def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, int],
                            count: Callable[[Dict[Hashable, int]], float],
                            marginal: Callable[[Hashable, Dict[Hashable, int]], float],
                            budget: float, multiple_of: int = 1,
-                           tolerance: float = 0.) -> Dict[Hashable, List[int]]:
+                           tolerance: float = 0., prior: Optional[str] = 'cost'
+                           ) -> Dict[Hashable, List[int]]:
     """Kept indices of every unit (a block's channels, a module's hidden units, or any width
     a count is linear in) so that ``count`` is at most ``budget`` and as close to it as the
     greedy gets.
@@ -423,6 +449,18 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
     does not, or else to the cheapest group (cheaper groups of other units fill the budget more
     closely). Every unit keeps at least one group.
 
+    ``prior='cost'`` (the default since 2026-11-27) first weighs each unit's scores by its
+    average cost per element (:func:`unit_prices`): the neutral prior that a unit's elements
+    are worth what they cost. Without it (``prior=None``, the ranking before) scores that
+    average alike in every unit (``normalize='mean'``, or probabilities) rank the units whose
+    elements cost most first, whatever their importance: an attention head, which costs as
+    much as ~33 MLP channels of DeiT-Tiny at 17 tokens, went before any channel, and a
+    MobileViT-XS's first expanded channels (full resolution) went to one (docs/budgets.md).
+    With it, the score per unit of cost at full width is the score itself: units lose the
+    elements whose scores are lowest relative to their unit, and the marginal cost moves the
+    ranking only as it departs from the unit's average (a paired unit whose partner shrank
+    becomes cheaper; a measured curve's bends).
+
     Args:
         scores: unit → one score per element (higher: keep first); units without scores are
             not pruned.
@@ -433,14 +471,20 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
         multiple_of: group size.
         tolerance: how far below the budget a removal may take the count without looking for
             a finer one.
+        prior: ``'cost'`` (scores weighed by :func:`unit_prices`) or None (as given).
     """
+    if prior not in PRIORS:
+        raise ValueError(f'prior must be one of {PRIORS}, got {prior!r}')
     m = max(1, int(multiple_of))
     units = [u for u in dims if u in scores]
+    prices = unit_prices(dims, count, units) if prior == 'cost' else {}
     order, cum, sizes = {}, {}, {}
     for u in units:
         s = torch.as_tensor(scores[u], dtype=torch.float64).flatten()
         if s.numel() != dims[u]:
             raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
+        if prior == 'cost':
+            s = s * prices[u]
         order[u] = s.argsort(descending=True, stable=True)
         cum[u] = torch.cat([s.new_zeros(1), s[order[u]].cumsum(0)]).tolist()
         # heads are whole units: removed one at a time whatever multiple_of
@@ -539,7 +583,8 @@ def _paired(u, v, marginal, widths) -> bool:
 def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
                    cost: ResourceCost, budget: float, multiple_of: int = 1,
                    normalize: Optional[str] = None, tolerance: Optional[float] = None,
-                   head_scores: Optional[Dict[str, Tensor]] = None
+                   head_scores: Optional[Dict[str, Tensor]] = None,
+                   prior: Optional[str] = 'cost'
                    ) -> Tuple[Dict[str, List[int]], Dict[str, List[int]]]:
     """(kept channels per block, kept hidden units per hidden-selected module) at ``budget``:
     channels and hidden units ranked jointly by score per unit of marginal cost
@@ -547,7 +592,8 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
     ``tolerance``: how far below the budget the count may end before the greedy tries to get
     closer (default 0.1 % of the baseline). ``head_scores`` (attention path → a score per
     head; ``select_heads``): the heads are ranked with them, one head at a time, and a third
-    dict is returned (attention path → kept heads)."""
+    dict is returned (attention path → kept heads). ``prior``: how the units are weighed
+    against each other (:func:`select_units_to_budget`)."""
     units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
     units.update(((HIDDEN, k), s) for k, s in (hidden_scores or {}).items()
                  if k in cost.hidden_dims)
@@ -557,7 +603,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
     if tolerance is None:
         tolerance = 1e-3 * abs(cost.baseline)
     keep = select_units_to_budget(units, cost.unit_dims(), cost.count, cost.marginal, budget,
-                                  multiple_of, tolerance)
+                                  multiple_of, tolerance, prior)
     out = ({n: keep[(CHANNELS, n)] for n in cost.dims},
            {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
     if head_scores is not None:
@@ -566,7 +612,8 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
 
 
 def select_to_budget(scores: Dict[str, Tensor], cost: ResourceCost, budget: float,
-                     multiple_of: int = 1) -> Dict[str, List[int]]:
+                     multiple_of: int = 1, prior: Optional[str] = 'cost'
+                     ) -> Dict[str, List[int]]:
     """Kept channels of every block so that ``cost`` is as close to ``budget`` as the greedy
     allows, from below (hidden widths, if any, at full width): :func:`select_jointly` without
     hidden units.
@@ -580,7 +627,7 @@ def select_to_budget(scores: Dict[str, Tensor], cost: ResourceCost, budget: floa
         budget: the absolute budget (e.g. ``cost.check_target(0.7, ...)``).
         multiple_of: group size.
     """
-    return select_jointly(scores, {}, cost, budget, multiple_of)[0]
+    return select_jointly(scores, {}, cost, budget, multiple_of, prior=prior)[0]
 
 
 def magnitude_scores(model: nn.Module) -> Dict[str, Tensor]:
@@ -650,16 +697,16 @@ def nested_channels(model: nn.Module, heads: Sequence[str]) -> Dict[str, Tensor]
 
 def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
                    cost: ResourceCost, budget: float, multiple_of: int,
-                   normalize: Optional[str]):
+                   normalize: Optional[str], prior: Optional[str] = 'cost'):
     """:func:`select_jointly` (channels, hidden units, heads) where some modules' channels lie
     inside their heads (:func:`nested_channels`): a channel of a pruned head computes nothing
     but still costs ``proj``'s reading it, so the heads and the channels are ranked in two
     passes. First the heads, each with its channels (its marginal cost is its own plus its
     channels'; a nested module's channels follow its kept heads), beside the other units;
     then, the kept heads fixed, the channels and hidden units again, a pruned head's channels
-    scoring below every other (first out); any of them left at the budget are dropped (at
-    least one live channel per module stays: its best). The count stays exact (each width's
-    count is linear)."""
+    scoring below every other (first out) and each kept head's best channel kept outside the
+    ranking (no kept head is left without a channel); any pruned head's channels left at the
+    budget are dropped. The count stays exact (each width's count is linear). ``prior``: :func:`select_units_to_budget` (in both passes)."""
     units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
     units.update(((HIDDEN, k), s) for k, s in hidden_scores.items() if k in cost.hidden_dims)
     units.update(((HEADS, k), s) for k, s in head_scores.items() if k in cost.head_dims)
@@ -678,28 +725,41 @@ def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
 
     first = {u: s for u, s in units.items() if not (u[0] == CHANNELS and u[1] in nested)}
     chosen = select_units_to_budget(first, cost.unit_dims(), lambda w: cost.count(tied(w)),
-                                    marginal, budget, multiple_of, tolerance)
+                                    marginal, budget, multiple_of, tolerance, prior)
     head_keep = {k: chosen[(HEADS, k)] for k in cost.head_dims}
     fixed = {(HEADS, k): len(v) for k, v in head_keep.items()}
     second = {u: s for u, s in units.items() if not _is_heads(u)}
-    dead = {}
+    dims = {u: d for u, d in cost.unit_dims().items() if not _is_heads(u)}
+    dead, protected, rest = {}, {}, {}
     for n, owner in nested.items():
         if (CHANNELS, n) not in second:
             continue
         s = torch.as_tensor(second[(CHANNELS, n)], dtype=torch.float64).flatten().clone()
-        dead[n] = ~torch.isin(owner.cpu(), torch.as_tensor(head_keep[n], dtype=torch.long))
+        owner_c = owner.cpu()
+        dead[n] = ~torch.isin(owner_c, torch.as_tensor(head_keep[n], dtype=torch.long))
         lo = float(s[~dead[n]].min())
         s[dead[n]] = lo - 1. - abs(lo)
-        second[(CHANNELS, n)] = s
-    dims = {u: d for u, d in cost.unit_dims().items() if not _is_heads(u)}
-    chosen = select_units_to_budget(second, dims, lambda w: cost.count({**w, **fixed}),
-                                    lambda u, w: cost.marginal(u, {**w, **fixed}), budget,
-                                    multiple_of, tolerance)
+        # each kept head's best channel is kept outside the ranking: no kept head is empty
+        protected[n] = [int(mine[s[mine].argmax()]) for h in head_keep[n]
+                        for mine in [(owner_c == int(h)).nonzero().flatten()]]
+        rest[n] = [c for c in range(s.numel()) if c not in set(protected[n])]
+        if rest[n]:
+            second[(CHANNELS, n)] = s[rest[n]]
+        else:
+            del second[(CHANNELS, n)]
+        dims[(CHANNELS, n)] = len(rest[n])
+
+    def widened(w):  # the protected channels back into their module's width
+        return {**w, **fixed, **{(CHANNELS, n): w.get((CHANNELS, n), len(rest[n]))
+                                 + len(p) for n, p in protected.items()}}
+
+    chosen = select_units_to_budget(second, dims, lambda w: cost.count(widened(w)),
+                                    lambda u, w: cost.marginal(u, widened(w)), budget,
+                                    multiple_of, tolerance, prior)
     keep = {n: chosen[(CHANNELS, n)] for n in cost.dims}
     for n, is_dead in dead.items():
-        live = [c for c in keep[n] if not bool(is_dead[c])]
-        if not live:  # the module's best live channel
-            live = [int(second[(CHANNELS, n)].masked_fill(is_dead, -math.inf).argmax())]
+        live = sorted(protected[n] + [rest[n][i] for i in keep[n]
+                                      if not bool(is_dead[rest[n][i]])])
         keep[n] = live
     return keep, {k: chosen[(HIDDEN, k)] for k in cost.hidden_dims}, head_keep
 
@@ -708,7 +768,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   scores: Dict[str, Tensor], cost: ResourceCost, target: float,
                   multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
                   normalize: Optional[str] = None,
-                  head_scores: Optional[Dict[str, Tensor]] = None, **meta) -> SubnetSpec:
+                  head_scores: Optional[Dict[str, Tensor]] = None,
+                  prior: Optional[str] = 'cost', **meta) -> SubnetSpec:
     """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count).
 
     Channels (``scores``) and, with hidden-unit selection, hidden units (``hidden_scores``;
@@ -718,7 +779,8 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     ``multiple_of`` too coarse). ``meta`` records the target and what was achieved (absolute
     and ratio). ``head_scores`` (attention path → a score per head; ``select_heads``): the
     heads are ranked with them, one head at a time (at least one kept); without them every
-    head is kept."""
+    head is kept. ``prior``: how the units are weighed against each other
+    (:func:`select_units_to_budget`; recorded in ``meta['budget']['prior']``)."""
     name = f'--target-{cost.resource}'
     budget = cost.check_target(target, name, multiple_of)
     if cost.hidden_dims and hidden_scores is None:
@@ -728,10 +790,11 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if nested:  # channels inside heads (EfficientViT): heads first, then channels
         keep, hidden_keep, head_keep = select_nested(
             nested, scores, hidden_scores or {}, head_scores, cost, budget, multiple_of,
-            normalize)
+            normalize, prior)
     else:
         selected = select_jointly(scores, hidden_scores or {}, cost, budget, multiple_of,
-                                  normalize, head_scores=head_scores if head_dims else None)
+                                  normalize, head_scores=head_scores if head_dims else None,
+                                  prior=prior)
         keep, hidden_keep = selected[:2]
         head_keep = selected[2] if len(selected) > 2 else {}
     kept = {n: len(k) for n, k in keep.items()}
@@ -760,6 +823,7 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
         meta['budget']['ranked'] += ' and heads'
     if normalize:
         meta['budget']['normalize'] = normalize
+    meta['budget']['prior'] = prior
     if cost.resource not in RESOURCES and getattr(cost, 'meta', None):
         # what a measured cost was made from (a latency table: device, threads, batch, file)
         meta['budget']['cost'] = {k: v for k, v in cost.meta.items()

@@ -78,7 +78,7 @@ def _unit_cost(cost):
 def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
                    hidden_scores: Optional[Dict[str, Tensor]] = None,
                    head_scores: Optional[Dict[str, Tensor]] = None,
-                   nested: Optional[Dict[str, Tensor]] = None
+                   nested: Optional[Dict[str, Tensor]] = None, prior: Optional[str] = 'cost'
                    ) -> Tuple[Dict[str, Tensor], Dict[str, Tensor], float]:
     """The kept channels (and hidden units) that meet ``budget`` from below, ranked jointly:
     the export's greedy (:func:`~mmdcs.selection.budget.select_units_to_budget`, one element
@@ -106,13 +106,16 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
             their heads (:func:`~mmdcs.selection.budget.nested_channels`, EfficientViT): the
             heads are ranked with their channels first (:func:`~mmdcs.selection.budget.
             select_nested`), so no kept channel belongs to a pruned head.
+        prior: how the units are weighed against each other (``'cost'``: each unit's scores
+            by its average cost per element; :func:`~mmdcs.selection.budget.
+            select_units_to_budget`).
 
     Returns:
         (block name → kept channel indices, path → kept hidden indices, the count).
     """
     if nested and head_scores:
         keep, hidden_keep, head_keep = select_nested(
-            nested, scores, hidden_scores or {}, head_scores, cost, budget, 1, None)
+            nested, scores, hidden_scores or {}, head_scores, cost, budget, 1, None, prior)
         keep_c = {n: torch.as_tensor(keep[n], dtype=torch.long) for n in scores}
         keep_h = {k: torch.as_tensor(hidden_keep[k], dtype=torch.long)
                   for k in (hidden_scores or {})}
@@ -131,7 +134,7 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
     # as the export: a last removal may end up to 0.1 % of the baseline below the budget before
     # the greedy looks for a finer one
     keep = select_units_to_budget(units, dims, count, marginal, budget,
-                                  tolerance=1e-3 * abs(float(cost.baseline)))
+                                  tolerance=1e-3 * abs(float(cost.baseline)), prior=prior)
     widths = {u: len(k) for u, k in keep.items()}
     keep_c = {n: torch.as_tensor(keep[(CHANNELS, n)], dtype=torch.long) for n in scores}
     keep_h = {k: torch.as_tensor(keep[(HIDDEN, k)], dtype=torch.long)

@@ -30,21 +30,47 @@ def test_linear_cost_floor_ceiling_and_check():
 
 
 def test_greedy_fills_the_budget_by_score_per_unit_cost():
+    """The greedy itself, on the scores as given (``prior=None``)."""
     c = _cost()
     scores = dict(a=torch.tensor([.9, .8, .7, .6, .5, .4, .3, .2]),
                   b=torch.tensor([.95, .94, .93, .1]))
     # floor 150 (a0, b0); then by score per unit cost: a1..a6 (.08 ... .03), b1 (.94/40 =
     # .0235), b2 (.02325), a7 (.02), b3 (.0025)
-    keep = select_to_budget(scores, c, 250.)
+    keep = select_to_budget(scores, c, 250., prior=None)
     assert keep['a'] == list(range(7)) and keep['b'] == [0, 1]
     assert c.at({k: len(v) for k, v in keep.items()}) == 250
-    keep = select_to_budget(scores, c, 299.)  # a7 does not fit after b2; nothing smaller
+    keep = select_to_budget(scores, c, 299., prior=None)  # a7 does not fit after b2
     assert keep['a'] == list(range(7)) and keep['b'] == [0, 1, 2]
-    keep = select_to_budget(scores, c, 300.)
+    keep = select_to_budget(scores, c, 300., prior=None)
     assert keep['a'] == list(range(8)) and keep['b'] == [0, 1, 2]
     # the order inside a block follows the scores
-    keep = select_to_budget(dict(a=torch.arange(8.), b=torch.arange(4.)), c, 180.)
+    keep = select_to_budget(dict(a=torch.arange(8.), b=torch.arange(4.)), c, 180., prior=None)
     assert keep['a'] == [4, 5, 6, 7] and keep['b'] == [3]
+
+
+def test_the_cost_prior_weighs_a_unit_by_its_cost_per_element():
+    """``prior='cost'`` (the default): a unit's scores count per element in proportion to what
+    an element costs, so units whose scores are alike lose alike fractions whatever their
+    cost per element; without it the dearer unit is cut to its last element first."""
+    c = _cost()  # a: 8 channels of 10 each, b: 4 of 40 each (const 100)
+    scores = dict(a=torch.tensor([.9, .8, .7, .6, .5, .4, .3, .2]),
+                  b=torch.tensor([.95, .75, .55, .35]))
+    # 340 → 260: by score alone, a .2, a .3, b .35, a .4, a .5
+    keep = select_to_budget(scores, c, 260.)
+    assert keep['a'] == [0, 1, 2, 3] and keep['b'] == [0, 1, 2]
+    # as given: b's elements cost 4× more for scores as high: b .35, b .55 (a untouched)
+    old = select_to_budget(scores, c, 260., prior=None)
+    assert old['a'] == list(range(8)) and old['b'] == [0, 1]
+    # the prices: a linear count's marginal at full width
+    from mmdcs.selection.budget import unit_prices
+    prices = unit_prices(dict(a=8, b=4), lambda w: c.at(w), ['a', 'b'])
+    assert prices == pytest.approx(dict(a=10., b=40.))
+    # a unit of width 1, or one whose cost does not rise with its width: the smallest
+    # positive price of the others
+    flat = unit_prices(dict(a=8, b=4, z=1), lambda w: 10. * w['a'], ['a', 'b', 'z'])
+    assert flat == pytest.approx(dict(a=10., b=10., z=10.))
+    with pytest.raises(ValueError, match='prior'):
+        select_to_budget(scores, c, 260., prior='flops')
 
 
 def test_greedy_in_groups_of_multiple_of():
@@ -269,7 +295,8 @@ def test_select_nested_ranks_a_head_with_its_channels():
     heads = dict(a=torch.rand(4, generator=g) + .1)
     budget = 0.6 * cost.at(cost.dims, {}, cost.head_dims)
     # the joint ranking alone: heads dropped, their channels kept (dead)
-    keep, _, head_keep = select_jointly(scores, {}, cost, budget, head_scores=heads)
+    keep, _, head_keep = select_jointly(scores, {}, cost, budget, head_scores=heads,
+                                        prior=None)
     assert any(int(owner[c]) not in head_keep['a'] for c in keep['a'])
     keep, hidden, head_keep = select_nested(dict(a=owner), scores, {}, heads, cost, budget, 1,
                                             None)
