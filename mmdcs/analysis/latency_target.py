@@ -30,6 +30,7 @@ from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_fl
 from .latency import _size, num_threads, time_models
 from .latency_table import (CLOCKS, DTYPES, WallTimer, _rounds, build_table, default_clock,
                             device_name)
+from .latency_table import validate as validate_table
 
 #: the columns of :func:`format_latency_target`
 COLUMNS = ('model', 'variant', 'input', 'device', 'dtype', 'batch', 'threads', 'target',
@@ -105,7 +106,9 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        clock_timer: Optional[Callable] = None, seed: int = 0,
                        progress: Optional[Callable[[str], None]] = None,
                        on_table: Optional[Callable[[dict], None]] = None,
-                       select_heads: bool = False) -> dict:
+                       select_heads: bool = False, validate: int = 0,
+                       validate_rounds: int = 15,
+                       validate_timer: Optional[Callable] = None) -> dict:
     """One paper model at a latency target on this device.
 
     Args:
@@ -131,13 +134,20 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
             again where the table's clock is the wall clock.
         progress: called with the table builder's progress lines; ``on_table``: with a table
             built here, before the budget (which may refuse the target), e.g. to keep it.
+        validate: the predictor's error on this many random subnets of the table's supernet
+            (:func:`~mmdcs.analysis.latency_table.validate`: each timed beside the baseline,
+            ``validate_rounds`` interleaved rounds, medians, ``validate_timer``: its timer);
+            0: not measured.
 
     Returns:
         dict with the :data:`COLUMNS` (``*_ratio`` of the pruned backbone to the baseline's;
         ``baseline_ms``/``pruned_ms``: measured medians per call), ``predicted_ms``,
         ``rounds``, ``device_name``, ``spec`` (the subnet, a dict), ``table`` (the table used),
         ``table_built`` (whether it was measured here) and ``seconds``; with
-        ``select_heads`` also ``heads_kept`` and ``heads_total`` (summed over the attentions).
+        ``select_heads`` also ``heads_kept`` and ``heads_total`` (summed over the attentions);
+        with ``validate``: ``predictor_error`` / ``predictor_error_max`` (mean and largest
+        absolute error of the predicted latency ratio, in fractions of the baseline latency)
+        and ``validation`` (its rows).
     """
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
@@ -171,7 +181,15 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
             r = _rounds(fns, repeats, warmup, ct)
         ratio_clock = statistics.median(r['pruned']) / statistics.median(r['baseline'])
     b = spec.meta['budget']
-    heads = heads_kept(spec) if select_heads else {}
+    extra = heads_kept(spec) if select_heads else {}
+    if validate:
+        sup = supernet_pair(arch, variant, size, select_hidden, seed, select_heads)[0]
+        v = validate_table(table, sup, base, k=validate, rounds=validate_rounds,
+                           multiple_of=multiple_of, timer=validate_timer, seed=seed,
+                           progress=progress)
+        del sup
+        extra.update(predictor_error=float(v['mean_abs_error']),
+                     predictor_error_max=float(v['max_abs_error']), validation=v)
     return dict(model=arch, variant=variant, input=f'{size[0]}x{size[1]}', device=device,
                 device_name=device_name(dev), dtype=dtype, batch=int(batch), threads=threads,
                 target=float(target), predicted_ratio=float(b['achieved_ratio']),
@@ -179,7 +197,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                 measured_ratio_clock=ratio_clock, clock=clock,
                 flops_ratio=flops_ratio, params_ratio=params_ratio, baseline_ms=b_ms,
                 pruned_ms=p_ms, rounds=int(repeats), method=method, spec=spec.to_dict(),
-                table=table, table_built=built, seconds=time.perf_counter() - t0, **heads)
+                table=table, table_built=built, seconds=time.perf_counter() - t0, **extra)
 
 
 def heads_kept(spec) -> dict:
@@ -198,14 +216,24 @@ def heads_text(row: dict) -> str:
     return f'{row["heads_kept"]}/{row["heads_total"]}'
 
 
+def error_text(row: dict) -> str:
+    """A row's predictor error as ``mean % (max %), K subnets`` (``—`` when not validated)."""
+    if row.get('predictor_error') is None:
+        return '—'
+    return (f'{row["predictor_error"]:.1%} ({row["predictor_error_max"]:.1%}), '
+            f'{row["validation"]["k"]} subnets')
+
+
 def format_latency_target(rows: Sequence[dict]) -> str:
     """Markdown table of :func:`latency_target_row` rows (a "heads kept" column when a row has
-    head selection)."""
+    head selection; the predictor's error when a row was validated)."""
     with_heads = any('heads_kept' in r for r in rows)
+    with_error = any('predictor_error' in r for r in rows)
     lines = ['| model | variant | input | device | dtype | batch | threads | target | predicted '
              '| measured (wall) | measured (table\'s clock) | FLOPs ratio | params ratio | '
-             'baseline ms | pruned ms |' + (' heads kept |' if with_heads else ''),
-             '|' + '---|' * (15 + with_heads)]
+             'baseline ms | pruned ms |' + (' heads kept |' if with_heads else '')
+             + (' predictor error, mean abs. (max) |' if with_error else ''),
+             '|' + '---|' * (15 + with_heads + with_error)]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["variant"]} | {r["input"]} | {r["device"]} | {r["dtype"]} | '
@@ -213,5 +241,6 @@ def format_latency_target(rows: Sequence[dict]) -> str:
             f'| {r["measured_ratio"]:.3f} | {r["measured_ratio_clock"]:.3f} ({r["clock"]}) '
             f'| {r["flops_ratio"]:.3f} | {r["params_ratio"]:.3f} '
             f'| {r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |'
-            + (f' {heads_text(r)} |' if with_heads else ''))
+            + (f' {heads_text(r)} |' if with_heads else '')
+            + (f' {error_text(r)} |' if with_error else ''))
     return '\n'.join(lines)

@@ -231,6 +231,9 @@ def latency_target_rows(models: Sequence[str], target: float,
                          f'params {row["params_ratio"]:.3f}'
                          + (f', heads {row["heads_kept"]}/{row["heads_total"]}'
                             if 'heads_kept' in row else '')
+                         + (f', predictor error {row["predictor_error"]:.1%} (max '
+                            f'{row["predictor_error_max"]:.1%})'
+                            if 'predictor_error' in row else '')
                          + f' ({row["seconds"]:.0f} s)')
     return rows
 

@@ -706,7 +706,8 @@ def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
     then, the kept heads fixed, the channels and hidden units again, a pruned head's channels
     scoring below every other (first out) and each kept head's best channel kept outside the
     ranking (no kept head is left without a channel); any pruned head's channels left at the
-    budget are dropped. The count stays exact (each width's count is linear). ``prior``: :func:`select_units_to_budget` (in both passes)."""
+    budget are dropped. The count stays exact (each width's count is linear). ``prior``:
+    :func:`select_units_to_budget` (in both passes)."""
     units = {(CHANNELS, n): s for n, s in scores.items() if n in cost.dims}
     units.update(((HIDDEN, k), s) for k, s in hidden_scores.items() if k in cost.hidden_dims)
     units.update(((HEADS, k), s) for k, s in head_scores.items() if k in cost.head_dims)

@@ -80,3 +80,43 @@ def test_a_given_table_is_used_and_another_supernets_refused(table):
     with pytest.raises(LatencyTableError):  # the table is for select_hidden=True
         latency_target_row('deit-tiny', 0.7, input_size=SIZE, table=table, repeats=1,
                            warmup=0, timer=fake_time_models)
+
+
+def test_validate_reports_the_predictors_error_on_random_subnets(table):
+    """``validate=K``: K random subnets of the table's supernet timed beside the baseline (the
+    injected timer), the predicted ratio against the measured one; the row carries the mean
+    and largest absolute error and the table shows them. A timer that makes every subnet 10 %
+    slower than the table says moves each measured ratio by 10 % and the error with it."""
+    from mmdcs.models.backbones.base import SelectableBackbone
+
+    def skewed(fn, module):
+        slow = not (isinstance(module, SelectableBackbone) and module.variant == 'baseline')
+        return synthetic_timer(fn, module) * (1.1 if slow else 1.)
+
+    rows = {}
+    for name, t in (('exact', synthetic_timer), ('skewed', skewed)):
+        rows[name] = latency_target_row(
+            'deit-tiny', 0.7, batch=2, threads=1, input_size=SIZE, select_hidden=True,
+            table=table, repeats=1, warmup=0, timer=fake_time_models, validate=4,
+            validate_rounds=1, validate_timer=t)
+    for row in rows.values():
+        v = row['validation']
+        assert v['k'] == 4 and len(v['rows']) == 4
+        errors = [abs(r['predicted_ratio'] - r['measured_ratio']) for r in v['rows']]
+        assert_close_scaled(row['predictor_error'], sum(errors) / 4)
+        assert_close_scaled(row['predictor_error_max'], max(errors))
+        text = format_latency_target([row])
+        assert '| predictor error, mean abs. (max) |' in text
+        assert (f'| {row["predictor_error"]:.1%} ({row["predictor_error_max"]:.1%}), '
+                '4 subnets |') in text
+    # the same random subnets (seeded): predictions equal, measurements 10 % apart
+    for a, b in zip(rows['exact']['validation']['rows'], rows['skewed']['validation']['rows']):
+        assert_close_scaled(a['predicted_ratio'], b['predicted_ratio'])
+        assert_close_scaled(b['measured_ratio'], 1.1 * a['measured_ratio'], rel=1e-9)
+    assert rows['skewed']['predictor_error'] > rows['exact']['predictor_error']
+    # not validated: no column
+    plain = latency_target_row('deit-tiny', 0.7, batch=2, threads=1, input_size=SIZE,
+                               select_hidden=True, table=table, repeats=1, warmup=0,
+                               timer=fake_time_models)
+    assert 'predictor_error' not in plain
+    assert 'predictor error' not in format_latency_target([plain])

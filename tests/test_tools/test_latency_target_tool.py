@@ -65,6 +65,18 @@ def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
                                              str(tables)])
     assert not again['table_built'] and again['table_file'] == str(tables / name)
     assert abs(again['predicted_ratio'] - 0.8) <= 0.01
+    # --validate: the predictor's error on random subnets, in the row, the table and the JSON
+    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
+    (checked, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.8', '--tables',
+                                               str(tables), '--validate', '2', '--json',
+                                               str(tmp_path / 'checked.json')])
+    out = capsys.readouterr().out
+    assert checked['validation']['k'] == 2 and 0 <= checked['predictor_error'] <= \
+        checked['predictor_error_max']
+    assert f'{checked["predictor_error"]:.1%} ({checked["predictor_error_max"]:.1%}), 2 subnets' \
+        in out and 'Predictor error: 2 random subnets' in out
+    (saved, ) = json.loads((tmp_path / 'checked.json').read_text())['rows']
+    assert saved['predictor_error'] == checked['predictor_error']
     # below the table's floor: one line naming it, exit 2
     code, err = run_main(TOOL, ARGS + ['--target-latency', '0.05', '--tables', str(tables)],
                          capsys, cwd=None)
@@ -76,7 +88,9 @@ def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize('extra, match', [
     (['--target-latency', '1.5'], 'target-latency'),
     (['--target-latency', '0.7', '--target-flops', '0.7'], '--target-latency goes with'),
-    (['--tables', 'x'], '--tables and --dtype go with --target-latency'),
+    (['--tables', 'x'], '--tables, --dtype and --validate go with --target-latency'),
+    (['--validate', '3'], '--tables, --dtype and --validate go with --target-latency'),
+    (['--target-latency', '0.7', '--validate', '-1'], '--validate must be >= 0'),
 ])
 def test_bad_input_is_one_line(extra, match, synthetic, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

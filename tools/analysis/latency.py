@@ -101,6 +101,11 @@ def parse_args(argv=None):
     p.add_argument('--tables', metavar='DIR', default=None,
                    help='with --target-latency: read the latency tables from DIR (measured and '
                    'written there when missing; --force measures them again)')
+    p.add_argument('--validate', metavar='K', type=int, default=0,
+                   help='with --target-latency: also time K random subnets of each table\'s '
+                   'supernet beside the baseline (15 interleaved rounds each, medians) and '
+                   'report the predictor\'s error (mean abs. and max, fractions of the '
+                   'baseline latency; as latency_table.py --validate)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
                    help='with --target-latency: the dtype of the table and the timing')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
@@ -180,8 +185,10 @@ def parse_args(argv=None):
                     '--subnet or --hidden-only')
         if args.profile or args.modules or args.theta_fusion:
             p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
-    elif args.tables or args.dtype != 'fp32':
-        p.error('--tables and --dtype go with --target-latency')
+    elif args.tables or args.dtype != 'fp32' or args.validate:
+        p.error('--tables, --dtype and --validate go with --target-latency')
+    if args.validate < 0:
+        p.error(f'--validate must be >= 0, got {args.validate}')
     if args.select_hidden and args.target_flops is None and args.target_latency is None:
         p.error('--select-hidden goes with --target-flops or --target-latency')
     if args.hidden_only and args.target_flops is None:
@@ -274,13 +281,17 @@ def run_latency_target(args):
             args.threads, device, args.dtype, args.tables, args.force, input_size=args.size,
             select_hidden=args.select_hidden, select_heads=args.select_heads,
             multiple_of=args.multiple_of, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
-            progress=lambda line: print(line, flush=True))
+            validate=args.validate, progress=lambda line: print(line, flush=True))
     text = format_latency_target(rows)
     text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
              'the latency table\'s; measured: the subnet (magnitude ranking of a '
              f'randomly-initialised supernet) against the baseline, median of {args.repeats} '
              'interleaved rounds.' + (' Attention heads ranked with the channels '
-                                      '(--select-heads).' if args.select_heads else ''))
+                                      '(--select-heads).' if args.select_heads else '')
+             + (f' Predictor error: {args.validate} random subnets of the table\'s supernet '
+                '(widths uniform over [1, full], rounded up to --multiple-of), each timed '
+                'beside the baseline in 15 interleaved rounds (medians), |predicted − measured| '
+                'latency ratio.' if args.validate else ''))
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
     kept = [{k: v for k, v in r.items() if k != 'table'} for r in rows]
