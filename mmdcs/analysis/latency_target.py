@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from mmdcs.selection.importance import get_scorer
-from mmdcs.selection.budget import budget_subnet
+from mmdcs.selection.budget import BudgetError, budget_subnet
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
                          count_params)
@@ -108,7 +108,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        on_table: Optional[Callable[[dict], None]] = None,
                        select_heads: bool = False, validate: int = 0,
                        validate_rounds: int = 15,
-                       validate_timer: Optional[Callable] = None) -> dict:
+                       validate_timer: Optional[Callable] = None, refine: int = 0,
+                       refine_tolerance: float = 0.01) -> dict:
     """One paper model at a latency target on this device.
 
     Args:
@@ -134,6 +135,12 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
             again where the table's clock is the wall clock.
         progress: called with the table builder's progress lines; ``on_table``: with a table
             built here, before the budget (which may refuse the target), e.g. to keep it.
+        refine: at most this many measured corrections: while the subnet's measured ratio
+            (the table's clock) is more than ``refine_tolerance`` from ``target``, the table is
+            asked for ``asked · target / measured`` and the subnet exported and measured again
+            (where the table under-predicts the region the export picks, as a greedy on a
+            predictor's errors tends to); the measured subnet closest to the target is kept
+            (``asked_ratio``; every try in ``refine_steps``). 0: the table's subnet as it is.
         validate: the predictor's error on this many random subnets of the table's supernet
             (:func:`~mmdcs.analysis.latency_table.validate`: each timed beside the baseline,
             ``validate_rounds`` interleaved rounds, medians, ``validate_timer``: its timer);
@@ -145,6 +152,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         ``rounds``, ``device_name``, ``spec`` (the subnet, a dict), ``table`` (the table used),
         ``table_built`` (whether it was measured here) and ``seconds``; with
         ``select_heads`` also ``heads_kept`` and ``heads_total`` (summed over the attentions);
+        ``asked_ratio`` (what the table was asked for: ``target`` unless ``refine`` moved it)
+        and ``refine_steps`` (each try: asked, predicted, measured);
         with ``validate``: ``predictor_error`` / ``predictor_error_max`` (mean and largest
         absolute error of the predicted latency ratio, in fractions of the baseline latency)
         and ``validation`` (its rows).
@@ -157,29 +166,60 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
         table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
         on_table=on_table, select_heads=select_heads)
-    torch.manual_seed(seed)
-    pruned = build_backbone(arch, spec.variant, spec, size).eval()
-    flops_ratio = count_flops(pruned, size) / count_flops(base, size)
-    params_ratio = count_params(pruned) / count_params(base)
-
     dev, tdtype = torch.device(device), DTYPES[dtype]
     in_ch = next((m.in_channels for m in base.modules() if isinstance(m, torch.nn.Conv2d)), 3)
     x = torch.randn((int(batch), in_ch) + tuple(size),
                     generator=torch.Generator().manual_seed(seed)).to(dev, tdtype)
-    models = dict(baseline=base.to(dev, tdtype), pruned=pruned.to(dev, tdtype))
-    t = (timer or time_models)(models, x, warmup=warmup, repeats=repeats,
-                               threads=threads if dev.type == 'cpu' else None)
-    b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
+    base_flops, base_params = count_flops(base, size), count_params(base)  # before any .to()
+    base = base.to(dev, tdtype)
     clock = table.get('clock')
     if clock not in CLOCKS:  # not recorded, or a table built with an injected timer
         clock = default_clock(device, threads)
-    ratio_clock = p_ms / b_ms
-    if clock != 'wall' or clock_timer is not None:
-        ct = clock_timer or WallTimer(device=dev, clock=clock)
-        fns = {k: ((lambda m=m: m(x)), m) for k, m in models.items()}
-        with num_threads(threads if dev.type == 'cpu' else None):
-            r = _rounds(fns, repeats, warmup, ct)
-        ratio_clock = statistics.median(r['pruned']) / statistics.median(r['baseline'])
+
+    def measure(spec):
+        """(FLOPs and params ratios, baseline ms, pruned ms, ratio with the table's clock)."""
+        torch.manual_seed(seed)
+        pruned = build_backbone(arch, spec.variant, spec, size).eval()
+        counts = (count_flops(pruned, size) / base_flops, count_params(pruned) / base_params)
+        models = dict(baseline=base, pruned=pruned.to(dev, tdtype))
+        t = (timer or time_models)(models, x, warmup=warmup, repeats=repeats,
+                                   threads=threads if dev.type == 'cpu' else None)
+        b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
+        ratio_clock = p_ms / b_ms
+        if clock != 'wall' or clock_timer is not None:
+            ct = clock_timer or WallTimer(device=dev, clock=clock)
+            fns = {k: ((lambda m=m: m(x)), m) for k, m in models.items()}
+            with num_threads(threads if dev.type == 'cpu' else None):
+                r = _rounds(fns, repeats, warmup, ct)
+            ratio_clock = statistics.median(r['pruned']) / statistics.median(r['baseline'])
+        return counts, b_ms, p_ms, ratio_clock
+
+    def step(spec, asked, measured):
+        return dict(asked=float(asked),
+                    predicted_ratio=float(spec.meta['budget']['achieved_ratio']),
+                    measured_ratio=measured[2] / measured[1], measured_ratio_clock=measured[3])
+
+    measured = measure(spec)
+    asked = float(target)
+    steps = [step(spec, asked, measured)]
+    best = (spec, measured, asked)
+    for _ in range(int(refine)):
+        if abs(best[1][3] - target) <= refine_tolerance:
+            break
+        # the table under- or over-predicts this region: ask it for what was missed
+        asked = asked * float(target) / measured[3]
+        try:
+            spec_i = latency_budget_spec(
+                arch, asked, batch, threads, device, dtype, variant=variant, input_size=size,
+                select_hidden=select_hidden, method=method, multiple_of=multiple_of,
+                table=table, seed=seed, select_heads=select_heads)[0]
+        except BudgetError:  # outside the table's (floor, ceiling): as close as it gets
+            break
+        measured = measure(spec_i)
+        steps.append(step(spec_i, asked, measured))
+        if abs(measured[3] - target) < abs(best[1][3] - target):
+            best = (spec_i, measured, asked)
+    spec, ((flops_ratio, params_ratio), b_ms, p_ms, ratio_clock), asked = best
     b = spec.meta['budget']
     extra = heads_kept(spec) if select_heads else {}
     if validate:
@@ -197,7 +237,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                 measured_ratio_clock=ratio_clock, clock=clock,
                 flops_ratio=flops_ratio, params_ratio=params_ratio, baseline_ms=b_ms,
                 pruned_ms=p_ms, rounds=int(repeats), method=method, spec=spec.to_dict(),
-                table=table, table_built=built, seconds=time.perf_counter() - t0, **extra)
+                table=table, table_built=built, seconds=time.perf_counter() - t0,
+                asked_ratio=asked, refine_steps=steps, **extra)
 
 
 def heads_kept(spec) -> dict:
@@ -229,15 +270,20 @@ def format_latency_target(rows: Sequence[dict]) -> str:
     head selection; the predictor's error when a row was validated)."""
     with_heads = any('heads_kept' in r for r in rows)
     with_error = any('predictor_error' in r for r in rows)
-    lines = ['| model | variant | input | device | dtype | batch | threads | target | predicted '
+    with_refine = any(len(r.get('refine_steps') or ()) > 1 for r in rows)
+    lines = ['| model | variant | input | device | dtype | batch | threads | target | '
+             + ('asked of the table (tries) | ' if with_refine else '') + 'predicted '
              '| measured (wall) | measured (table\'s clock) | FLOPs ratio | params ratio | '
              'baseline ms | pruned ms |' + (' heads kept |' if with_heads else '')
              + (' predictor error, mean abs. (max) |' if with_error else ''),
-             '|' + '---|' * (15 + with_heads + with_error)]
+             '|' + '---|' * (15 + with_refine + with_heads + with_error)]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["variant"]} | {r["input"]} | {r["device"]} | {r["dtype"]} | '
-            f'{r["batch"]} | {r["threads"]} | {r["target"]:.2f} | {r["predicted_ratio"]:.3f} '
+            f'{r["batch"]} | {r["threads"]} | {r["target"]:.2f} | '
+            + (f'{r.get("asked_ratio", r["target"]):.3f} ({len(r.get("refine_steps") or [1])}) | '
+               if with_refine else '')
+            + f'{r["predicted_ratio"]:.3f} '
             f'| {r["measured_ratio"]:.3f} | {r["measured_ratio_clock"]:.3f} ({r["clock"]}) '
             f'| {r["flops_ratio"]:.3f} | {r["params_ratio"]:.3f} '
             f'| {r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |'

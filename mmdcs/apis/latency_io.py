@@ -231,6 +231,9 @@ def latency_target_rows(models: Sequence[str], target: float,
                          f'params {row["params_ratio"]:.3f}'
                          + (f', heads {row["heads_kept"]}/{row["heads_total"]}'
                             if 'heads_kept' in row else '')
+                         + (f', asked {row["asked_ratio"]:.3f} of the table after '
+                            f'{len(row["refine_steps"]) - 1} measured correction(s)'
+                            if len(row.get('refine_steps') or ()) > 1 else '')
                          + (f', predictor error {row["predictor_error"]:.1%} (max '
                             f'{row["predictor_error_max"]:.1%})'
                             if 'predictor_error' in row else '')

@@ -439,10 +439,12 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
 
     Backward elimination from full width: each unit loses its groups of ``multiple_of``
     (:func:`_removal_sizes`) in its own score order, lowest first; among the units' next
-    groups the one with the lowest mean score per unit of *marginal* cost saved
-    (``size·marginal(unit, widths)``, which depends on the other units' current widths: an MLP's
-    channel costs in proportion to its kept hidden units and the reverse) goes first, until the
-    count is within the budget. Then the removed groups are added back, best score per unit of
+    groups the one with the lowest score per unit of *marginal* cost saved (its summed score
+    over ``size·marginal(unit, widths)``, which depends on the other units' current widths: an
+    MLP's channel costs in proportion to its kept hidden units and the reverse) goes first, until
+    the count is within the budget. (Until 2026-11-27 a group's *mean* score was divided by its
+    whole cost, which favoured removing large groups: with ``multiple_of=8`` a group of 8
+    channels looked 8× cheaper per score than a head, removed one at a time.) Then the removed groups are added back, best score per unit of
     marginal cost first, while they fit (a group that does not fit is skipped, a cheaper one
     may still fit). Near the end, a group whose removal would leave the count more than
     ``tolerance`` below the budget (a coarse, expensive one) gives way to the best group that
@@ -506,9 +508,11 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
             return size, (cum[u][w] - cum[u][w - size]) / size
 
         def ratio(u, back: bool = False):
+            """(the group's score per unit of the cost it saves, that cost): its summed score
+            over its cost — a group of 8 channels and a single head compare per element."""
             size, score = group(u, back)
             cost = size * marginal(u, widths)
-            return (score / cost if cost > 0 else math.inf), cost
+            return (score * size / cost if cost > 0 else math.inf), cost
 
         # marginal costs change with the paired units' widths: the heap holds versioned
         # entries and stale ones are skipped
@@ -557,7 +561,7 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
                     widths[u] += size
                     extra = count(widths) - total
                     widths[u] -= size
-                    r = score / extra if extra > 0 else math.inf
+                    r = score * size / extra if extra > 0 else math.inf
                     if total + extra <= budget and (best is None or r > best[0]):
                         best = (r, u)
             if best is None:

@@ -110,19 +110,26 @@ def test_builder_records_head_units_and_the_exact_synthetic_costs():
 def test_the_export_ranks_heads_on_a_predicted_latency_budget(target):
     """budget_subnet on the table's cost with head scores: channels, hidden units and heads
     ranked jointly per unit of predicted latency, within ±1 % of the baseline below the
-    target; the built network's synthetic time is the predicted one."""
+    target; the built network's synthetic time is the predicted one. Head 0 of every block
+    scores a tenth of its weight norm (the random heads' norms are alike, and each unit's
+    scores are weighed by its cost: untouched, every head would be kept): the heads pruned
+    are head 0s."""
     sup, base = _vit()
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=64,
                         timer=heads_timer)
     cost = LatencyCost.from_table(table, sup)
     torch.manual_seed(0)
+    heads = head_magnitude_scores(sup)
+    for s in heads.values():
+        s[0] *= 0.1
     spec = budget_subnet(sup, 'vit', 'deit-tiny', 'kcr', magnitude_scores(sup), cost, target,
                          multiple_of=8, hidden_scores=hidden_magnitude_scores(sup),
-                         head_scores=head_magnitude_scores(sup), normalize='mean')
+                         head_scores=heads, normalize='mean')
     b = spec.meta['budget']
     assert b['resource'] == 'latency' and b['ranked'] == 'channels and hidden units and heads'
     assert target - 0.01 <= b['achieved_ratio'] <= target + 1e-12
     assert len(spec.heads) == 12 and sum(h.kept for h in spec.heads) < 36  # heads pruned
+    assert all(h.keep in ([0, 1, 2], [1, 2]) for h in spec.heads)  # the weak ones
     widths = {(CHANNELS, blk.name): blk.kept for blk in spec.blocks}
     widths.update({(HIDDEN, h.name): h.kept for h in spec.hidden})
     widths.update({(HEADS, h.name): h.kept for h in spec.heads})

@@ -120,3 +120,36 @@ def test_validate_reports_the_predictors_error_on_random_subnets(table):
                                timer=fake_time_models)
     assert 'predictor_error' not in plain
     assert 'predictor error' not in format_latency_target([plain])
+
+
+def test_refine_corrects_a_table_that_under_predicts_the_exported_subnet(table):
+    """``refine=N``: where the subnets measure 15 % slower than the table predicts (the table's
+    clock skewed), the first subnet misses the target by ~0.1; each measured correction asks
+    the table for ``asked · target / measured`` until the measured ratio is within 0.01 (or N
+    tries), keeping the closest; the row records every try. Without it the miss stands."""
+    from mmdcs.models.backbones.base import SelectableBackbone
+
+    def slow_subnets(fn, module):
+        base = isinstance(module, SelectableBackbone) and module.variant == 'baseline'
+        return synthetic_timer(fn, module) * (1. if base else 1.15)
+
+    kw = dict(batch=2, threads=1, input_size=SIZE, select_hidden=True, table=table, repeats=1,
+              warmup=0, timer=fake_time_models, clock_timer=slow_subnets)
+    plain = latency_target_row('deit-tiny', 0.7, **kw)
+    assert len(plain['refine_steps']) == 1 and plain['asked_ratio'] == 0.7
+    assert plain['measured_ratio_clock'] - 0.7 > 0.08  # 1.15 × ~0.7
+    row = latency_target_row('deit-tiny', 0.7, refine=3, **kw)
+    steps = row['refine_steps']
+    assert 2 <= len(steps) <= 4 and steps[0] == plain['refine_steps'][0]
+    assert abs(row['measured_ratio_clock'] - 0.7) <= 0.015
+    assert row['measured_ratio_clock'] == min((s['measured_ratio_clock'] for s in steps),
+                                              key=lambda m: abs(m - 0.7))
+    # the second try asked the table for what the first missed
+    assert_close_scaled(steps[1]['asked'], 0.7 * 0.7 / steps[0]['measured_ratio_clock'])
+    assert row['asked_ratio'] < 0.65 and abs(row['predicted_ratio'] - row['asked_ratio']) <= 0.01
+    # the subnet kept is the one measured: its FLOPs are below the unrefined one's
+    assert row['flops_ratio'] < plain['flops_ratio']
+    text = format_latency_target([row])
+    assert '| asked of the table (tries) |' in text
+    assert f'| 0.70 | {row["asked_ratio"]:.3f} ({len(steps)}) | {row["predicted_ratio"]:.3f} |' \
+        in text

@@ -305,3 +305,26 @@ def test_select_nested_ranks_a_head_with_its_channels():
     count = cost.at({n: len(k) for n, k in keep.items()}, {}, {'a': len(head_keep['a'])})
     assert budget - 0.01 * cost.baseline <= count <= budget
     assert (HEADS, 'a') in cost.unit_dims()
+
+
+def test_groups_of_different_sizes_compare_per_element():
+    """A group's summed score over the cost it saves: a head (removed one at a time) and a
+    group of 8 channels compare per element. A head costing 8 channels and scoring 4 (0.5 per
+    channel's cost) goes before 8 channels scoring 1 each; the mean score over the whole cost
+    (as before) made the group of 8 look 8× cheaper and removed it."""
+    from mmdcs.selection.budget import CHANNELS, HEADS, select_units_to_budget
+    a, h = (CHANNELS, 'a'), (HEADS, 'h')
+    dims = {a: 16, h: 4}
+    price = {a: 1., h: 8.}  # a head costs as much as 8 channels
+
+    def count(w):
+        return sum(price[u] * w[u] for u in dims)
+
+    scores = {a: torch.ones(16), h: torch.tensor([4., 10., 10., 10.])}
+    keep = select_units_to_budget(scores, dims, count, lambda u, w: price[u], 40.,
+                                  multiple_of=8, prior=None)
+    assert keep[h] == [1, 2, 3] and keep[a] == list(range(16))
+    # weighed by cost per element (the default) the head's 4 is worth 32 channel-scores
+    keep = select_units_to_budget(scores, dims, count, lambda u, w: price[u], 40.,
+                                  multiple_of=8)
+    assert keep[h] == [0, 1, 2, 3] and len(keep[a]) == 8

@@ -106,6 +106,12 @@ def parse_args(argv=None):
                    'supernet beside the baseline (15 interleaved rounds each, medians) and '
                    'report the predictor\'s error (mean abs. and max, fractions of the '
                    'baseline latency; as latency_table.py --validate)')
+    p.add_argument('--refine', metavar='N', type=int, default=0,
+                   help='with --target-latency: measure the subnet and, while its latency ratio '
+                   '(the table\'s clock) is more than 0.01 from the target, ask the table for '
+                   'target x target / measured and export and measure again, at most N times; '
+                   'the subnet measured closest to the target is kept (default 0: the '
+                   'table\'s subnet as it is)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
                    help='with --target-latency: the dtype of the table and the timing')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
@@ -185,10 +191,10 @@ def parse_args(argv=None):
                     '--subnet or --hidden-only')
         if args.profile or args.modules or args.theta_fusion:
             p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
-    elif args.tables or args.dtype != 'fp32' or args.validate:
-        p.error('--tables, --dtype and --validate go with --target-latency')
-    if args.validate < 0:
-        p.error(f'--validate must be >= 0, got {args.validate}')
+    elif args.tables or args.dtype != 'fp32' or args.validate or args.refine:
+        p.error('--tables, --dtype, --validate and --refine go with --target-latency')
+    if args.validate < 0 or args.refine < 0:
+        p.error(f'--validate and --refine must be >= 0, got {args.validate} and {args.refine}')
     if args.select_hidden and args.target_flops is None and args.target_latency is None:
         p.error('--select-hidden goes with --target-flops or --target-latency')
     if args.hidden_only and args.target_flops is None:
@@ -281,7 +287,8 @@ def run_latency_target(args):
             args.threads, device, args.dtype, args.tables, args.force, input_size=args.size,
             select_hidden=args.select_hidden, select_heads=args.select_heads,
             multiple_of=args.multiple_of, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
-            validate=args.validate, progress=lambda line: print(line, flush=True))
+            validate=args.validate, refine=args.refine,
+            progress=lambda line: print(line, flush=True))
     text = format_latency_target(rows)
     text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
              'the latency table\'s; measured: the subnet (magnitude ranking of a '
@@ -291,7 +298,12 @@ def run_latency_target(args):
              + (f' Predictor error: {args.validate} random subnets of the table\'s supernet '
                 '(widths uniform over [1, full], rounded up to --multiple-of), each timed '
                 'beside the baseline in 15 interleaved rounds (medians), |predicted − measured| '
-                'latency ratio.' if args.validate else ''))
+                'latency ratio.' if args.validate else '')
+             + (f' --refine {args.refine}: while the measured ratio (the table\'s clock) was '
+                'more than 0.01 from the target, the table was asked for target × target / '
+                'measured and the subnet exported and measured again; the closest kept ("asked '
+                'of the table": the request that gave it; tries in brackets).' if args.refine
+                else ''))
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
     kept = [{k: v for k, v in r.items() if k != 'table'} for r in rows]
