@@ -262,9 +262,11 @@ def test_unreachable_hidden_targets_are_one_line_exit_2_nothing_written(
 
 def test_magnitude_ranks_hidden_units_with_normalised_norms(setup, tmp_path, capsys):
     """--method magnitude from a baseline checkpoint with hidden-unit selection asked for:
-    channels and hidden units ranked jointly by weight norms, each relative to its unit's mean.
-    A quarter of every MLP's hidden units have (near) zero weights: they go first (before the
-    channels, whose norms are alike), and the budget is met."""
+    channels and hidden units ranked jointly by weight norms, each relative to its unit's mean
+    (and weighed by the unit's cost per element). A quarter of every MLP's hidden units have
+    (near) zero weights: they go first, every module keeps its largest-norm hidden units, and
+    the budget is met. (The live hidden units then compete with the channels: with the dead
+    quarter gone a channel costs a quarter less, so both kinds lose some.)"""
     src = setup['baseline']
     state = {k: v.clone() for k, v in src['model'].state_dict().items()}
     g = torch.Generator().manual_seed(2)
@@ -289,7 +291,6 @@ def test_magnitude_ranks_hidden_units_with_normalised_norms(setup, tmp_path, cap
     assert len(spec.hidden) == len(dead)
     for h in spec.hidden:
         # the dead units went first (a few may come back at the end to fill the budget)
-        assert set(range(h.dim)) - dead[h.name] <= set(h.keep)
         assert len(dead[h.name] & set(h.keep)) <= h.dim // 100
         w1, w2 = state[f'backbone.{h.name}.fc1.weight'], state[f'backbone.{h.name}.fc2.weight']
         norms = (w1.pow(2).sum(1) + w2.pow(2).sum(0))

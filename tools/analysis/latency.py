@@ -109,7 +109,8 @@ def parse_args(argv=None):
     p.add_argument('--refine', metavar='N', type=int, default=0,
                    help='with --target-latency: measure the subnet and, while its latency ratio '
                    '(the table\'s clock) is more than 0.01 from the target, ask the table for '
-                   'target x target / measured and export and measure again, at most N times; '
+                   'asked x target / measured (first asked: the target) and export and measure '
+                   'again, at most N times; '
                    'the subnet measured closest to the target is kept (default 0: the '
                    'table\'s subnet as it is)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
@@ -300,7 +301,7 @@ def run_latency_target(args):
                 'beside the baseline in 15 interleaved rounds (medians), |predicted − measured| '
                 'latency ratio.' if args.validate else '')
              + (f' --refine {args.refine}: while the measured ratio (the table\'s clock) was '
-                'more than 0.01 from the target, the table was asked for target × target / '
+                'more than 0.01 from the target, the table was asked for asked × target / '
                 'measured and the subnet exported and measured again; the closest kept ("asked '
                 'of the table": the request that gave it; tries in brackets).' if args.refine
                 else ''))
