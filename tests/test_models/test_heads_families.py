@@ -429,6 +429,23 @@ def _calibrated(fam, seed, kw, resource):
     return m, costs[resource]
 
 
+def _head_classifier(backbone: dict, in_channels: int, target: dict):
+    """A search classifier (10 classes) on ``backbone`` with ``select_heads`` and a budget
+    ``cost.target``, built in mmpretrain's scope."""
+    from mmengine.registry import DefaultScope
+
+    from mmdcs.registry import MODELS
+    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
+               backbone=dict(backbone, select_heads=True),
+               neck=dict(type='GlobalAveragePooling'),
+               head=dict(type='LinearClsHead', num_classes=10, in_channels=in_channels,
+                         loss=dict(type='CrossEntropyLoss')),
+               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
+               cost=dict(target=target))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(cfg)
+
+
 # ============================================================================ the contract
 def test_the_families_with_heads_are_the_described_ones(monkeypatch):
     """supports_heads is part of the contract: every family declares it (the base's False:
@@ -957,17 +974,9 @@ def test_swin_search_with_head_gates_ends_on_the_flops_target():
 
     from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
     from mmdcs.registry import MODELS
-    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
-               backbone=dict(type='mmdcs.Swin', arch='swin-t', variant='kcr', img_size=32,
-                             select_heads=True),
-               neck=dict(type='GlobalAveragePooling'),
-               head=dict(type='LinearClsHead', num_classes=10, in_channels=768,
-                         loss=dict(type='CrossEntropyLoss')),
-               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
-               cost=dict(target=dict(flops=0.6)))
     torch.manual_seed(0)
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        model = MODELS.build(cfg)
+    model = _head_classifier(dict(type='mmdcs.Swin', arch='swin-t', variant='kcr', img_size=32),
+                             768, dict(flops=0.6))
     assert set(model._head_selectors) == set(SWIN.attns)
     assert model._budget.head_dims == SWIN.heads
     optim = SearchOptimWrapperConstructor(dict(
@@ -1026,19 +1035,8 @@ def test_swin_bad_heads_through_the_export_tool_exit_2(tmp_path, capsys):
 def test_mobilevit_search_classifier_costs_the_heads():
     """A DCS-MobileViT classifier with select_heads and a FLOPs target: the budget has a head
     unit per attention (the classifier refuses a budget that does not cost heads)."""
-    from mmengine.registry import DefaultScope
-
-    from mmdcs.registry import MODELS
-    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
-               backbone=dict(type='mmdcs.MobileViT', arch='mobilevit-xs', variant='dcs',
-                             select_heads=True),
-               neck=dict(type='GlobalAveragePooling'),
-               head=dict(type='LinearClsHead', num_classes=10, in_channels=384,
-                         loss=dict(type='CrossEntropyLoss')),
-               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
-               cost=dict(target=dict(flops=0.85, input_size=64)))
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        model = MODELS.build(cfg)
+    model = _head_classifier(dict(type='mmdcs.MobileViT', arch='mobilevit-xs', variant='dcs'),
+                             384, dict(flops=0.85, input_size=64))
     assert list(model._head_selectors) == MOBILEVIT.attns
     assert list(model._budget.head_dims) == MOBILEVIT.attns
     assert all(c > 0 for c in model._budget.head_coef.values())
@@ -1049,20 +1047,9 @@ def test_efficientvit_search_ends_on_the_budget_without_dead_channels():
     head unit per LiteMLA, and the end of the search (project_to_budget) ranks a head with its
     channels: {α > 0} of the channels lies inside {α > 0} of the heads, and the deployed count
     (the exported subnet built, mmengine's count) is within 1 % below the target."""
-    from mmengine.registry import DefaultScope
-
-    from mmdcs.registry import MODELS
     fam = EFFICIENTVIT
-    cfg = dict(type='mmdcs.ChannelSelectionClassifier',
-               backbone=dict(type='mmdcs.EfficientViT', arch=fam.arch, variant='dcs',
-                             select_heads=True),
-               neck=dict(type='GlobalAveragePooling'),
-               head=dict(type='LinearClsHead', num_classes=10, in_channels=1536,
-                         loss=dict(type='CrossEntropyLoss')),
-               data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10),
-               cost=dict(target=dict(flops=0.85, input_size=64)))
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        model = MODELS.build(cfg)
+    model = _head_classifier(dict(type='mmdcs.EfficientViT', arch=fam.arch, variant='dcs'),
+                             1536, dict(flops=0.85, input_size=64))
     assert list(model._head_selectors) == fam.attns and model._budget.head_dims == fam.heads
     random_gates_(model.backbone, 3, alpha_shift=1.)
     rep = model.project_to_budget()
