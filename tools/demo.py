@@ -294,7 +294,7 @@ class Demo:
         table of ``kind`` (then measured against the baseline with the table's clock)
         (:func:`mmdcs.apis.export.export_subnet`, in this process; its report goes to the
         step's log); returns (path, kept channels, channels)."""
-        from mmdcs.apis.compare import clock_timer
+        from mmdcs.analysis.latency_table import clock_timer
         from mmdcs.apis.export import export_subnet
         from mmdcs.apis.launch import UserError
         subnet_dir = osp.join(self.work, f'{tag}_subnet')

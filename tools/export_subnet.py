@@ -9,6 +9,7 @@ become ``DIR/pruned.pth`` (an mmengine checkpoint of plain data: weights and ``m
                                   [--target-flops R | --target-params R |
                                    --target-latency R --latency-table TABLE]
                                   [--method alpha|magnitude|...] [--measure | --no-measure]
+                                  [--refine N] [--latency-tolerance T]
 
 CONFIG is the config the supernet was trained with (any task whose backbone is an mmdcs
 supernet); CHECKPOINT its weights. The tool prints the backbone's params and FLOPs
@@ -31,8 +32,12 @@ mean, per unit of cost. subnet.json records the target and the achieved params/F
 
 ``--target-latency R --latency-table TABLE`` aims at R times the baseline's latency predicted
 by the table (widths in groups of ``--multiple-of``, 8 by default), then times the exported
-model against the baseline on this machine (``--no-measure`` skips it); both ratios go into
-subnet.json with the table's identity. The ranking methods (``--method``) are the scorers of
+model against the baseline on this machine with the table's clock (``--no-measure`` skips it);
+while it measures more than 0.01 from R the table is asked for ``asked x R / measured`` and
+that subnet measured, at most ``--refine`` times (2 by default), and the closest is exported;
+one measured further than ``--latency-tolerance`` (0.03) from R is refused (one line, exit 2,
+nothing written). Predicted and measured ratios (every try) go into subnet.json with the
+table's identity. The ranking methods (``--method``) are the scorers of
 ``mmdcs.selection.importance``.
 
 This script only parses and prints: the export is one call,
@@ -48,7 +53,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
-                               positive_int, positive_size, set_checkpoint_trust, user_errors)
+                               non_negative_float, non_negative_int, positive_int,
+                               positive_size, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument
 from mmdcs.selection.importance import SCORERS, widths_of
 
@@ -88,6 +94,17 @@ def parse_args(argv=None):
                          help='skip that measurement')
     parser.add_argument('--measure-rounds', type=positive_int, default=21, metavar='N',
                         help='interleaved timing rounds of the measurement (default 21)')
+    parser.add_argument('--refine', type=non_negative_int, default=2, metavar='N',
+                        help='with --target-latency, measured: while the subnet measured '
+                        'closest to the target is more than 0.01 from it, ask the table for '
+                        'asked x target / measured and measure that subnet, at most N times; the '
+                        'closest is exported (default %(default)s; 0: the table\'s subnet as it '
+                        'is)')
+    parser.add_argument('--latency-tolerance', type=non_negative_float, default=0.03,
+                        metavar='T',
+                        help='with --target-latency, measured: refuse (exit 2, nothing written) a '
+                        'subnet measured more than T from the target (default %(default)s; '
+                        '1 accepts any)')
     parser.add_argument('--threads', type=positive_int, default=None, metavar='N',
                         help='CPU threads of the measurement (default: the latency table\'s, '
                         'else 1)')
@@ -150,7 +167,8 @@ def export(args):
         measure_options=dict(repeats=getattr(args, 'measure_rounds', 21),
                              threads=getattr(args, 'threads', None)),
         batches=train_batches(getattr(args, 'taylor_batches', 4), seed=options['seed']),
-        scorer_options=options)
+        scorer_options=options, refine=getattr(args, 'refine', 2),
+        latency_tolerance=getattr(args, 'latency_tolerance', 0.03))
     for line in result.lines:
         print(line)
     for line in result.warnings:

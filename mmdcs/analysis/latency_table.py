@@ -56,7 +56,7 @@ from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN
 from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, read_table,
                                           selection_options)
 from mmdcs.selection.subnet import head_selectors, hidden_selectors, prunable_modules
-from .latency import _ALLOCATOR, num_threads
+from .latency import _ALLOCATOR, keep_freed_memory, num_threads
 
 Timer = Callable[[Callable[[], object], nn.Module], float]
 DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
@@ -106,6 +106,24 @@ class WallTimer:
 def default_clock(device: str, threads: Optional[int]) -> str:
     """``'thread'`` (the calling thread's CPU time) for one CPU thread, ``'wall'`` otherwise."""
     return 'thread' if torch.device(device).type == 'cpu' and threads == 1 else 'wall'
+
+
+def clock_timer(clock: str = 'thread') -> Callable:
+    """A replacement of :func:`mmdcs.analysis.latency.time_models` (its signature and result
+    keys) that reads ``clock`` (:data:`mmdcs.analysis.latency_table.CLOCKS`): ``'thread'``, the
+    calling thread's CPU time — what a one-thread latency table is measured with, without the
+    time a shared machine's scheduler gives other processes (on a quiet machine the wall clock
+    agrees). Interleaved rounds (the order reversed every other round), medians; glibc keeps
+    freed memory, as while a table is measured (:func:`mmdcs.analysis.latency.
+    keep_freed_memory`: process-wide)."""
+    def timer(models, x, warmup: int = 3, repeats: int = 21, threads: Optional[int] = None):
+        keep_freed_memory()
+        fns = {k: ((lambda m=m: m(x)), m.eval()) for k, m in models.items()}
+        with num_threads(threads):
+            ms = _rounds(fns, repeats, warmup, WallTimer(clock=clock))
+        return {k: dict(median_ms=statistics.median(v), threads=threads, device=str(x.device),
+                        clock=clock) for k, v in ms.items()}
+    return timer
 
 
 def width_grid(dim: int, multiple_of: int = 8) -> List[int]:

@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from mmdcs.selection.importance import get_scorer
-from mmdcs.selection.budget import BudgetError, budget_subnet
+from mmdcs.selection.budget import REFINE_TOLERANCE, budget_subnet, refine_to_target
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
                          count_params)
@@ -60,21 +60,22 @@ def supernet_pair(arch: str, variant: Optional[str] = None,
     return sup, base, size, variant
 
 
-def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
-                        device: str = 'cpu', dtype: str = 'fp32', *,
-                        variant: Optional[str] = None,
-                        input_size: Union[None, int, Sequence[int]] = None,
-                        select_hidden: Union[bool, str] = False, method: str = 'magnitude',
-                        multiple_of: int = 8, table: Optional[dict] = None,
-                        table_rounds: int = 5, table_timer: Optional[Callable] = None,
-                        seed: int = 0, progress: Optional[Callable[[str], None]] = None,
-                        on_table: Optional[Callable[[dict], None]] = None,
-                        select_heads: bool = False):
-    """The budget subnet of a paper model at a latency target, not yet measured: the first half
-    of :func:`latency_target_row` (same arguments), for the benchmarks that time it beside other
-    models. Returns ``(spec, table, built, baseline, (H, W), variant)``: the
-    :class:`~mmdcs.selection.SubnetSpec` (its ``meta['budget']`` has the predicted ratio), the
-    table used, whether it was measured here, the baseline backbone (eval mode)."""
+def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
+                   device: str = 'cpu', dtype: str = 'fp32', *,
+                   variant: Optional[str] = None,
+                   input_size: Union[None, int, Sequence[int]] = None,
+                   select_hidden: Union[bool, str] = False, method: str = 'magnitude',
+                   multiple_of: int = 8, table: Optional[dict] = None,
+                   table_rounds: int = 5, table_timer: Optional[Callable] = None,
+                   seed: int = 0, progress: Optional[Callable[[str], None]] = None,
+                   on_table: Optional[Callable[[dict], None]] = None,
+                   select_heads: bool = False):
+    """A paper model's latency budget on this device, before any target: the supernet, its
+    table (built here unless given) and the scorer's scores, made once. Returns ``(at, table,
+    built, supernet, baseline, (H, W), variant)``: ``at(ratio)`` is the budget subnet the table
+    predicts at ``ratio`` (:func:`~mmdcs.selection.budget.budget_subnet`; ``BudgetError``
+    outside the table's floor and ceiling), ``built`` whether the table was measured here.
+    Arguments: those of :func:`latency_target_row`."""
     sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed,
                                              select_heads)
     built = table is None
@@ -89,10 +90,24 @@ def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optio
     scores, hidden_scores = scorer(sup, model=sup)
     # heads ranked with channels and hidden units (a table with head units: checked above)
     head_scores = (scorer.heads(sup) or None) if select_heads and scorer.heads else None
-    spec = budget_subnet(sup, sup.family, arch, variant, scores, cost, target, multiple_of,
-                         hidden_scores=hidden_scores, normalize=scorer.normalize, method=method,
-                         head_scores=head_scores)
-    return spec, table, built, base, size, variant
+
+    def at(ratio: float):
+        return budget_subnet(sup, sup.family, arch, variant, scores, cost, ratio, multiple_of,
+                             hidden_scores=hidden_scores, normalize=scorer.normalize,
+                             method=method, head_scores=head_scores)
+    return at, table, built, sup, base, size, variant
+
+
+def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
+                        device: str = 'cpu', dtype: str = 'fp32', **kwargs):
+    """The budget subnet of a paper model at a latency target, not yet measured: the first half
+    of :func:`latency_target_row` (same arguments), for the benchmarks that time it beside other
+    models. Returns ``(spec, table, built, baseline, (H, W), variant)``: the
+    :class:`~mmdcs.selection.SubnetSpec` (its ``meta['budget']`` has the predicted ratio), the
+    table used, whether it was measured here, the baseline backbone (eval mode)."""
+    at, table, built, _, base, size, variant = latency_budget(arch, batch, threads, device,
+                                                              dtype, **kwargs)
+    return at(target), table, built, base, size, variant
 
 
 def latency_target_row(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
@@ -109,7 +124,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        select_heads: bool = False, validate: int = 0,
                        validate_rounds: int = 15,
                        validate_timer: Optional[Callable] = None, refine: int = 0,
-                       refine_tolerance: float = 0.01) -> dict:
+                       refine_tolerance: float = REFINE_TOLERANCE) -> dict:
     """One paper model at a latency target on this device.
 
     Args:
@@ -161,11 +176,12 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
     t0 = time.perf_counter()
-    spec, table, built, base, size, variant = latency_budget_spec(
-        arch, target, batch, threads, device, dtype, variant=variant, input_size=input_size,
+    at, table, built, sup, base, size, variant = latency_budget(
+        arch, batch, threads, device, dtype, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
         table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
         on_table=on_table, select_heads=select_heads)
+    spec = at(target)
     dev, tdtype = torch.device(device), DTYPES[dtype]
     in_ch = next((m.in_channels for m in base.modules() if isinstance(m, torch.nn.Conv2d)), 3)
     x = torch.randn((int(batch), in_ch) + tuple(size),
@@ -194,40 +210,21 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
             ratio_clock = statistics.median(r['pruned']) / statistics.median(r['baseline'])
         return counts, b_ms, p_ms, ratio_clock
 
-    def step(spec, asked, measured):
-        return dict(asked=float(asked),
-                    predicted_ratio=float(spec.meta['budget']['achieved_ratio']),
-                    measured_ratio=measured[2] / measured[1], measured_ratio_clock=measured[3])
-
-    measured = measure(spec)
-    asked = float(target)
-    steps = [step(spec, asked, measured)]
-    best = (spec, measured, asked)
-    for _ in range(int(refine)):
-        if abs(best[1][3] - target) <= refine_tolerance:
-            break
-        # the table under- or over-predicts this region: ask it for what was missed
-        asked = asked * float(target) / measured[3]
-        try:
-            spec_i = latency_budget_spec(
-                arch, asked, batch, threads, device, dtype, variant=variant, input_size=size,
-                select_hidden=select_hidden, method=method, multiple_of=multiple_of,
-                table=table, seed=seed, select_heads=select_heads)[0]
-        except BudgetError:  # outside the table's (floor, ceiling): as close as it gets
-            break
-        measured = measure(spec_i)
-        steps.append(step(spec_i, asked, measured))
-        if abs(measured[3] - target) < abs(best[1][3] - target):
-            best = (spec_i, measured, asked)
-    spec, ((flops_ratio, params_ratio), b_ms, p_ms, ratio_clock), asked = best
+    # measured corrections: the table under- or over-predicts the region the export picks
+    tries, best = refine_to_target(spec, measure, at, target, refine, refine_tolerance,
+                                   ratio=lambda m: m[3])
+    steps = [dict(asked=float(t.asked),
+                  predicted_ratio=float(t.answer.meta['budget']['achieved_ratio']),
+                  measured_ratio=t.measured[2] / t.measured[1],
+                  measured_ratio_clock=t.measured[3]) for t in tries]
+    spec, asked = tries[best].answer, tries[best].asked
+    (flops_ratio, params_ratio), b_ms, p_ms, ratio_clock = tries[best].measured
     b = spec.meta['budget']
     extra = heads_kept(spec) if select_heads else {}
-    if validate:
-        sup = supernet_pair(arch, variant, size, select_hidden, seed, select_heads)[0]
+    if validate:  # the table's own supernet, as the budget ranked it
         v = validate_table(table, sup, base, k=validate, rounds=validate_rounds,
                            multiple_of=multiple_of, timer=validate_timer, seed=seed,
                            progress=progress)
-        del sup
         extra.update(predictor_error=float(v['mean_abs_error']),
                      predictor_error_max=float(v['max_abs_error']), validation=v)
     return dict(model=arch, variant=variant, input=f'{size[0]}x{size[1]}', device=device,

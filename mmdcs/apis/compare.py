@@ -25,7 +25,6 @@ import json
 import math
 import os
 import os.path as osp
-import statistics
 import subprocess
 import sys
 import time
@@ -35,8 +34,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from mmdcs.analysis.complexity import count_flops, count_params
-from mmdcs.analysis.latency import keep_freed_memory, num_threads, time_models
-from mmdcs.analysis.latency_table import (WallTimer, _rounds, _units, default_clock, load_table,
+from mmdcs.analysis.latency import keep_freed_memory, time_models
+from mmdcs.analysis.latency_table import (_units, clock_timer, default_clock, load_table,
                                           pruned_copy)
 from mmdcs.analysis.plots import last_validation
 from mmdcs.models.counting import distinct_halves
@@ -125,24 +124,6 @@ LATENCY_SHAPE = (64, 64)
 #: the network each method exports, by the table it aims with: DCS's supernet, KCR's, and the
 #: baseline ranked by a pruner (variant dcs-arch2: MLP channel selection only)
 TABLE_VARIANTS = {'dcs': 'dcs', 'kcr': 'kcr', 'pruned': 'dcs-arch2'}
-
-
-def clock_timer(clock: str = 'thread') -> Callable:
-    """A replacement of :func:`mmdcs.analysis.latency.time_models` (its signature and result
-    keys) that reads ``clock`` (:data:`mmdcs.analysis.latency_table.CLOCKS`): ``'thread'``, the
-    calling thread's CPU time — what a one-thread latency table is measured with, without the
-    time a shared machine's scheduler gives other processes (on a quiet machine the wall clock
-    agrees). Interleaved rounds (the order reversed every other round), medians; glibc keeps
-    freed memory, as while a table is measured (:func:`mmdcs.analysis.latency.
-    keep_freed_memory`: process-wide)."""
-    def timer(models, x, warmup: int = 3, repeats: int = 21, threads: Optional[int] = None):
-        keep_freed_memory()
-        fns = {k: ((lambda m=m: m(x)), m.eval()) for k, m in models.items()}
-        with num_threads(threads):
-            ms = _rounds(fns, repeats, warmup, WallTimer(clock=clock))
-        return {k: dict(median_ms=statistics.median(v), threads=threads, device=str(x.device),
-                        clock=clock) for k, v in ms.items()}
-    return timer
 
 
 def table_kind(method: str) -> str:
@@ -738,9 +719,13 @@ class Runner:
             kw: Dict[str, object] = dict(target=('flops', float(budget)))
             if self.tables is not None:
                 path, _ = self.tables.get(model, kind or table_kind(method))
+                # every method at the table's prediction, as the table ranks it: the rows
+                # carry predicted and measured side by side (no correction, no refusal, which
+                # would compare methods at different predictions or stop the grid)
                 kw = dict(target=('latency', float(budget)),
                           cost_options=dict(latency_table=path), measure=True,
-                          measure_options=dict(self.measure_options),
+                          measure_options=dict(self.measure_options), refine=0,
+                          latency_tolerance=None,
                           multiple_of=(self.uniform_multiple_of() if method == 'uniform'
                                        else self.tables.multiple_of))
             os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)

@@ -836,3 +836,59 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
     return SubnetSpec(family, arch, variant, blocks, meta, hidden, heads)
+
+
+#: how close a measured ratio must come to its target before the corrections stop
+#: (:func:`refine_to_target`)
+REFINE_TOLERANCE = 0.01
+
+
+@dataclass
+class Try:
+    """One try of :func:`refine_to_target`: the ratio the predictor was asked for, its answer
+    and what was measured of it."""
+    asked: float
+    answer: Any
+    measured: Any
+
+
+def refine_to_target(answer: Any, measure: Callable[[Any], Any],
+                     ask: Callable[[float], Any], target: float, tries: int,
+                     tolerance: float = REFINE_TOLERANCE,
+                     ratio: Callable[[Any], float] = float) -> Tuple[List[Try], int]:
+    """Measured corrections of a predicted budget (docs/budgets.md): a predictor (a latency
+    table) answered ``answer`` for ``target``; while the answer measured closest to the target
+    is more than ``tolerance`` from it, the predictor is asked for ``asked · target /
+    measured`` (the last try's measurement: where it under-predicts the region the greedy
+    picks, ask for less), at most ``tries`` times. A request the predictor cannot meet
+    (:class:`BudgetError`: below its floor) ends the corrections.
+
+    Args:
+        answer: the predictor's answer at ``target``.
+        measure: answer → measurement; ``ratio(measurement)`` is the measured ratio.
+        ask: ratio → the predictor's answer at that ratio.
+
+    Returns:
+        (every try, the index of the one measured closest to ``target``; the first on a tie).
+    """
+    if isinstance(tries, bool) or int(tries) != tries or tries < 0:
+        raise ValueError(f'tries must be a non-negative integer, got {tries!r}')
+    target = float(target)
+    out = [Try(target, answer, measure(answer))]
+    best = 0
+
+    def miss(t: Try) -> float:
+        return abs(float(ratio(t.measured)) - target)
+
+    for _ in range(int(tries)):
+        if miss(out[best]) <= tolerance:
+            break
+        asked = out[-1].asked * target / float(ratio(out[-1].measured))
+        try:
+            answer = ask(asked)
+        except BudgetError:
+            break
+        out.append(Try(asked, answer, measure(answer)))
+        if miss(out[-1]) < miss(out[best]):
+            best = len(out) - 1
+    return out, best

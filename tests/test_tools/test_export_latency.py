@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from _resource_costs import synthetic_latency_table  # noqa: E402 (tests/ is on sys.path)
-from _tools import load_tool, run_main  # noqa: E402
+from _tools import assert_close_scaled, load_tool, run_main  # noqa: E402
 
 CONFIG = """default_scope = 'mmpretrain'
 model = dict(
@@ -132,7 +132,8 @@ def test_the_measurement_is_recorded_beside_the_prediction(setup, tmp_path):
     res = export_subnet(setup['dcs']['config'], setup['dcs']['ckpt'], out,
                         target=('latency', 0.7), cost_options=dict(latency_table=setup['table']),
                         multiple_of=8, measure=True,
-                        measure_options=dict(timer=timer, threads=2))
+                        measure_options=dict(timer=timer, threads=2),
+                        latency_tolerance=None)  # FLOPs are not the table's time: a miss
     with open(osp.join(out, 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
     assert b['measured']['latency']['ratio'] == pytest.approx(res.latency['ratio'])
@@ -190,3 +191,119 @@ def test_bad_latency_input_is_one_line_and_nothing_written(setup, tmp_path, caps
     line = _bad(setup, tmp_path, capsys, ['--target-latency', '0.7', '--latency-table',
                                           str(tmp_path / 'none.json')])
     assert 'not found' in line
+
+
+def flops_timer(skew=1.0, seen=None):
+    """time_models' signature, no timing: a model's ms are its FLOPs / 1e6, the pruned one's
+    ``skew`` times that (a table that under-predicts the subnets for skew > 1)."""
+    from mmdcs.analysis.complexity import count_flops
+
+    def timer(models, inputs, warmup=3, repeats=10, threads=None, **kw):
+        if seen is not None:
+            seen.append(dict(repeats=repeats, threads=threads, batch=inputs.shape[0]))
+        return {n: dict(median_ms=count_flops(m, tuple(inputs.shape)) / 1e6
+                        * (skew if n == 'pruned' else 1.), threads=threads, device='cpu',
+                        clock='synthetic')
+                for n, m in models.items()}
+    return timer
+
+
+def _export(setup, out, **kw):
+    from mmdcs.apis.export import export_subnet
+    return export_subnet(setup['dcs']['config'], setup['dcs']['ckpt'], str(out),
+                         target=('latency', 0.7),
+                         cost_options=dict(latency_table=setup['table']), multiple_of=8,
+                         measure=True, **kw)
+
+
+def test_measured_corrections_export_the_subnet_measured_closest(setup, tmp_path):
+    """refine=N: with subnets measuring 1.25× their FLOPs ratio, the table's subnet misses the
+    target; each try asks the table for asked · target / measured of the try before, and the
+    subnet exported (widths, prediction, measurement, weights) is the try measured closest.
+    subnet.json keeps the target asked by the user, the request that gave the subnet and every
+    try."""
+    from mmdcs.selection import SubnetSpec
+    timer = flops_timer(1.25)
+    plain = _export(setup, tmp_path / 'plain', measure_options=dict(timer=timer), refine=0,
+                    latency_tolerance=None)
+    first = plain.latency['ratio']
+    assert abs(first - 0.7) > 0.02  # a miss to correct
+    assert 'refine' not in plain.budget and plain.budget['asked_ratio'] == 0.7
+    res = _export(setup, tmp_path / 'out', measure_options=dict(timer=timer), refine=3,
+                  latency_tolerance=None)
+    with open(osp.join(str(tmp_path / 'out'), 'subnet.json')) as f:
+        b = json.load(f)['meta']['budget']
+    tries = b['refine']
+    assert 2 <= len(tries) <= 4 and tries[0]['asked'] == 0.7
+    assert_close_scaled(tries[0]['measured'], first)
+    for prev, nxt in zip(tries, tries[1:]):
+        assert_close_scaled(nxt['asked'], prev['asked'] * 0.7 / prev['measured'])
+    best = min(tries, key=lambda t: abs(t['measured'] - 0.7))
+    assert abs(best['measured'] - 0.7) < abs(first - 0.7)
+    assert b['target_ratio'] == 0.7 and b['asked_ratio'] == best['asked']
+    assert b['achieved_ratio'] == best['predicted']
+    assert_close_scaled(b['measured']['latency']['ratio'], best['measured'])
+    assert_close_scaled(res.latency['ratio'], best['measured'])
+    # the files are the closest try's: its widths predict what was recorded, and the weights
+    # are of those widths
+    s = SubnetSpec.load(osp.join(str(tmp_path / 'out'), 'subnet.json'))
+    spec_d = dict(blocks=s.blocks, hidden=[dict(name=h.name, kept=h.kept) for h in s.hidden])
+    assert_close_scaled(_predicted(setup, spec_d), best['predicted'])
+    assert res.rows[1][2] < plain.rows[1][2]  # the pruned backbone counted is the closest's
+    assert any(line.startswith('measured corrections') for line in res.lines)
+
+
+def test_a_measured_miss_beyond_the_tolerance_is_refused(setup, tmp_path):
+    """latency_tolerance: a subnet measured further than it from the target is one line
+    naming the target, the measured and predicted ratios and the remedies; nothing written.
+    Within it, the same export is written."""
+    from mmdcs.apis.launch import UserError
+    timer = flops_timer(1.25)
+    first = _export(setup, tmp_path / 'a', measure_options=dict(timer=timer), refine=0,
+                    latency_tolerance=None).latency['ratio']
+    miss = abs(first - 0.7)
+    with pytest.raises(UserError) as e:
+        _export(setup, tmp_path / 'b', measure_options=dict(timer=timer), refine=0,
+                latency_tolerance=miss / 2)
+    line = str(e.value)
+    assert '\n' not in line and f'measured {first:.3f}' in line and '0.7' in line
+    assert 'nothing written' in line and '--refine' in line and 'predicted' in line
+    assert not (tmp_path / 'b').exists()
+    res = _export(setup, tmp_path / 'c', measure_options=dict(timer=timer), refine=0,
+                  latency_tolerance=miss * 1.01)
+    assert osp.exists(res.subnet) and osp.exists(res.checkpoint)
+
+
+def test_the_tool_corrects_and_refuses_by_its_options(setup, tmp_path, capsys, monkeypatch):
+    """tools/export_subnet.py: measured with the table's clock (a table measured with the
+    thread clock is timed with it: clock_timer), 2 corrections by default, --refine 0 and
+    --latency-tolerance reach the export; a miss is one line, exit 2, nothing written."""
+    import mmdcs.apis.export as api
+    clocks, seen = [], []
+
+    def clock_timer(clock):
+        clocks.append(clock)
+        return flops_timer(1.25, seen)
+    monkeypatch.setattr(api, 'clock_timer', clock_timer)
+    from mmdcs.analysis.latency_table import device_name
+    table = str(tmp_path / 'thread.json')  # measured here (no warning of another device)
+    with open(table, 'w') as f:
+        json.dump(dict(setup['table_dict'], clock='thread',
+                       device_name=device_name(torch.device('cpu'))), f)
+    base = [setup['dcs']['config'], setup['dcs']['ckpt'], '--target-latency', '0.7',
+            '--latency-table', table, '--measure-rounds', '5']
+    out = tmp_path / 'default'
+    load_tool('tools/export_subnet.py').main(base + ['--out', str(out),
+                                                     '--latency-tolerance', '1'])
+    assert clocks and set(clocks) == {'thread'} and seen[0] == dict(repeats=5, threads=1,
+                                                                    batch=1)
+    with open(osp.join(str(out), 'subnet.json')) as f:
+        b = json.load(f)['meta']['budget']
+    assert 2 <= len(b['refine']) <= 3  # the default --refine 2
+    out = tmp_path / 'refused'
+    code, err = run_main('tools/export_subnet.py', base + ['--out', str(out), '--refine', '0',
+                                                         '--latency-tolerance', '0.001'],
+                         capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert 'outside ±0.001' in err and 'nothing written' in err
+    assert not out.exists()
