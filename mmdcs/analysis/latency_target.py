@@ -23,7 +23,8 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from mmdcs.selection.importance import get_scorer
-from mmdcs.selection.budget import REFINE_TOLERANCE, budget_subnet, refine_to_target
+from mmdcs.selection.budget import (LATENCY_TOLERANCE, REFINE_TOLERANCE, budget_subnet,
+                                    refine_to_target)
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
                          count_params)
@@ -262,9 +263,15 @@ def error_text(row: dict) -> str:
             f'{row["validation"]["k"]} subnets')
 
 
-def format_latency_target(rows: Sequence[dict]) -> str:
+def within_target(row: dict, tolerance: float = LATENCY_TOLERANCE) -> bool:
+    """Whether a row's subnet measured (the table's clock) within ``tolerance`` of its target."""
+    return abs(row['measured_ratio_clock'] - row['target']) <= tolerance
+
+
+def format_latency_target(rows: Sequence[dict], tolerance: float = LATENCY_TOLERANCE) -> str:
     """Markdown table of :func:`latency_target_row` rows (a "heads kept" column when a row has
-    head selection; the predictor's error when a row was validated)."""
+    head selection; the predictor's error when a row was validated; last, whether the subnet
+    measured within ``tolerance`` of the target on the table's clock)."""
     with_heads = any('heads_kept' in r for r in rows)
     with_error = any('predictor_error' in r for r in rows)
     with_refine = any(len(r.get('refine_steps') or ()) > 1 for r in rows)
@@ -272,8 +279,9 @@ def format_latency_target(rows: Sequence[dict]) -> str:
              + ('asked of the table (tries) | ' if with_refine else '') + 'predicted '
              '| measured (wall) | measured (table\'s clock) | FLOPs ratio | params ratio | '
              'baseline ms | pruned ms |' + (' heads kept |' if with_heads else '')
-             + (' predictor error, mean abs. (max) |' if with_error else ''),
-             '|' + '---|' * (15 + with_refine + with_heads + with_error)]
+             + (' predictor error, mean abs. (max) |' if with_error else '')
+             + f' within ±{tolerance:g} (table\'s clock) |',
+             '|' + '---|' * (16 + with_refine + with_heads + with_error)]
     for r in rows:
         lines.append(
             f'| {r["model"]} | {r["variant"]} | {r["input"]} | {r["device"]} | {r["dtype"]} | '
@@ -285,5 +293,6 @@ def format_latency_target(rows: Sequence[dict]) -> str:
             f'| {r["flops_ratio"]:.3f} | {r["params_ratio"]:.3f} '
             f'| {r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |'
             + (f' {heads_text(r)} |' if with_heads else '')
-            + (f' {error_text(r)} |' if with_error else ''))
+            + (f' {error_text(r)} |' if with_error else '')
+            + (' yes |' if within_target(r, tolerance) else ' NO |'))
     return '\n'.join(lines)

@@ -28,8 +28,8 @@ from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import time_models
 from mmdcs.analysis.latency_table import CLOCKS, clock_timer, device_name
 from mmdcs.selection import file_sha256, prunable_modules
-from mmdcs.selection.budget import (REFINE_TOLERANCE, BudgetError, budget_subnet, build_cost,
-                                    refine_to_target)
+from mmdcs.selection.budget import (LATENCY_TOLERANCE, REFINE_TOLERANCE, BudgetError,
+                                    budget_subnet, build_cost, refine_to_target)
 from mmdcs.selection.importance import get_scorer, scorer_names, widths_subnet
 from .launch import UserError
 from .loading import dataset_batches
@@ -44,9 +44,6 @@ from .subnet_io import (backbone_cfg_of, backbone_prefix, block_summary, build_m
 FORMATS = ('pth', 'safetensors')
 #: what the exported model is measured by (mmengine.analysis) besides the budget's resource
 COUNTED = ('flops', 'params')
-#: how far a latency target's measured ratio may be from the target (the promise of
-#: docs/budgets.md: 0.70 asked, 0.70 ± 0.03 measured)
-LATENCY_TOLERANCE = 0.03
 
 
 @dataclass
@@ -362,7 +359,10 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
                 f'of the baseline\'s latency here ({latency["pruned_ms"]:.2f} / '
                 f'{latency["baseline_ms"]:.2f} ms; predicted {b["achieved_ratio"]:.3f} by '
                 f'{(b.get("cost") or {}).get("table") or "the table"}'
-                + (f', best of {len(tries)} tries' if tries and len(tries) > 1 else '')
+                + (f', the closest of {len(tries)} tries measured ' + ', '.join(
+                    f'{t.measured["ratio"]:.3f}' for t in tries)
+                   + ' (table asked for ' + ', '.join(f'{t.asked:.3f}' for t in tries) + ')'
+                   if tries and len(tries) > 1 else '')
                 + f'), outside ±{latency_tolerance:g}; nothing written. --refine N corrects '
                 'with measurements, a table measured again on a quiet machine predicts better, '
                 '--latency-tolerance T accepts a wider miss, --no-measure exports the '

@@ -841,6 +841,9 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
 #: how close a measured ratio must come to its target before the corrections stop
 #: (:func:`refine_to_target`)
 REFINE_TOLERANCE = 0.01
+#: how far a latency target's measured ratio may be from the target: the promise of
+#: docs/budgets.md (0.70 asked, 0.70 ± 0.03 measured); the export refuses a larger miss
+LATENCY_TOLERANCE = 0.03
 
 
 @dataclass
