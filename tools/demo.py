@@ -1,7 +1,7 @@
 """The main job of mmdcs, end to end on the embedded digits data (CPU, 2 cores):
 
   1. data: build the digits datasets (classification + detection/segmentation scenes);
-     latency tables: MobileViT-XS's at 64×64 on this CPU (batch 1, one thread), for DCS's and
+     latency tables: MobileViT-XS's at 64×64 on this CPU (batch 16, one thread), for DCS's and
      KCR's supernets with hidden-unit selection ``'all'`` (MLP channels × hidden units, the MV2
      blocks' expanded channels); magnitude pruning prunes KCR's network and shares its table;
   2. baseline: train and evaluate a MobileViT-XS classifier;
@@ -171,11 +171,16 @@ def last_scalars(work_dir):
 
 
 ARCH_LABELS = {'mobilevit-xs': 'MobileViT-XS', 'deit-tiny': 'DeiT-Tiny'}
-#: the demo's latency target (of the baseline backbone, predicted by the tables): above every
-#: method's predicted floor at 64×64 (DCS 0.89, KCR and magnitude 0.84 on the 2-core Xeon of
-#: 2026-11-26; DCS's full-width network is 1.08× the baseline measured, 1.14× predicted: Linear_θ
-#: and the Q/K masks)
-DEMO_LATENCY = 0.95
+#: the demo's latency target (of the baseline backbone, predicted by the tables and met as
+#: measured, ±0.03): at 64×64 and batch 16 the predicted floors are about 0.5 (DCS's table on
+#: the 2-core AMD EPYC of 2026-11-28: floor 0.496, error 1.3 % on random subnets); at batch 1
+#: they were 0.85–0.92 and every subnet measured above the baseline (per-call costs dominate)
+DEMO_LATENCY = 0.8
+#: the batch the demo's tables are measured at and its subnets timed: the classifier latency
+#: column's
+DEMO_LATENCY_BATCH = 16
+#: measured corrections of each export (tools/export_subnet.py's default --refine)
+DEMO_REFINE = 2
 #: how far above the highest floor a target must be (else it is raised, and said)
 FLOOR_MARGIN = 0.02
 
@@ -248,17 +253,18 @@ class Demo:
         return 'latency' if self.tables is not None else 'flops'
 
     def latency_tables(self, arch='mobilevit-xs', tables=None):
-        """The latency tables of ``arch`` at 64×64 on this CPU (batch 1, one thread; kept in
+        """The latency tables of ``arch`` at 64×64 on this CPU (batch 16, one thread; kept in
         WORK/latency_tables and read back by a second run) and the demo's latency target:
         ``--target-latency``, raised above every table's predicted floor where it is not.
         ``tables``: a :class:`~mmdcs.apis.compare.LatencyTables` (default: measured here)."""
         from mmdcs.apis.compare import TABLE_VARIANTS, LatencyTables
         from mmdcs.apis.launch import UserError
-        print(f'== 1b. latency tables: {ARCH_LABELS[arch]} at 64×64 on this CPU (batch 1, 1 '
+        print(f'== 1b. latency tables: {ARCH_LABELS[arch]} at 64×64 on this CPU (batch '
+              f'{DEMO_LATENCY_BATCH}, 1 '
               'thread), DCS\'s and KCR\'s supernets with hidden-unit selection \'all\' '
               '(magnitude prunes KCR\'s network: the same table)', flush=True)
         self.tables = tables or LatencyTables(
-            osp.join(self.work, 'latency_tables'),
+            osp.join(self.work, 'latency_tables'), batch=DEMO_LATENCY_BATCH,
             log=lambda line: None if 'grid point' in line else print('  ' + line, flush=True))
         floors, ceilings = [], []
         try:
@@ -304,7 +310,8 @@ class Demo:
             table, _ = self.tables.get('mobilevit-xs', kind)
             kw = dict(target=('latency', float(target)), cost_options=dict(latency_table=table),
                       multiple_of=self.tables.multiple_of, measure=True,
-                      measure_options=dict(timer=clock_timer(self.tables.clock)))
+                      measure_options=dict(timer=clock_timer(self.tables.clock)),
+                      refine=DEMO_REFINE)  # met as measured (±0.03) or the step fails
         print(f'$ export_subnet({config}, {osp.relpath(checkpoint, ROOT)}, '
               f'target=({self.resource}, {target}), method={method}'
               + (f', latency_table={osp.relpath(table, ROOT)}' if self.tables is not None
@@ -343,8 +350,12 @@ class Demo:
         if self.tables is not None:
             t = budget['measured']['latency']
             record.update(predicted=budget['achieved_ratio'], measured=t['ratio'])
+            tries = budget.get('refine') or []
             print(f"  latency: predicted {budget['achieved_ratio']:.3f} of the baseline (target "
-                  f"{target}), measured {t['ratio']:.3f} ({t['pruned_ms']:.2f} / "
+                  f"{target}"
+                  + (f", the table asked for {budget['asked_ratio']:.3f} after {len(tries) - 1} "
+                     "measured correction(s)" if len(tries) > 1 else '')
+                  + f"), measured {t['ratio']:.3f} ({t['pruned_ms']:.2f} / "
                   f"{t['baseline_ms']:.2f} ms, batch {t['batch']}, {t['threads']} thread, "
                   f"{self.tables.clock} clock, median of {t['rounds']} interleaved rounds)",
                   flush=True)
@@ -554,7 +565,8 @@ class Demo:
         target = self.budget('configs/demo/dcs-mobilevit-xs_search_digits.py')
         if self.tables is not None:
             what = (f'{target} of the baseline\'s latency predicted by latency tables measured '
-                    'here (64×64, batch 1, 1 thread; hidden-unit selection \'all\')')
+                    f'here (64×64, batch {self.tables.batch}, 1 thread; hidden-unit selection '
+                    '\'all\')')
         else:
             what = f'{target} of the baseline FLOPs'
         print('\n== results (digits val set, 64×64, '
@@ -581,7 +593,8 @@ class Demo:
             clock = self.tables.clock + (' (the thread\'s CPU time, as the tables)'
                                          if self.tables.clock == 'thread' else '')
             print(f'(latency ratio: of the backbone to the baseline backbone, predicted by the '
-                  f'table, measured by the export: batch 1, 1 thread, {clock} clock, median of '
+                  f'table, measured by the export: batch {self.tables.batch}, 1 thread, {clock} '
+                  'clock, median of '
                   '21 interleaved rounds)')
         if self.models:
             print('(latency (ms/img): the whole classifier, CPU, eval, batch 16 at 64×64, 1 '
