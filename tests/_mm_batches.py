@@ -27,3 +27,39 @@ def cls_batch(g, n=4, size=16, num_classes=10):
             for _ in range(n)]
     return dict(inputs=imgs,
                 data_samples=[DataSample().set_gt_label(i % num_classes) for i in range(n)])
+
+
+def search_loop(model, name, max_iters, arch_lr=0.2, visualizer=None):
+    """mmdcs's alternating search loop over ``model`` without a Runner: the search's two optim
+    wrappers (AdamW, weights at lr 1e-3, architecture at ``arch_lr``), the message hub ``name``,
+    a visualizer that drops the scalars unless one is given, the loop's progress at 0 of
+    ``max_iters`` (what the temperature and the scheduled target read)."""
+    import types
+
+    from mmengine.logging import MessageHub
+
+    from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
+    optim = SearchOptimWrapperConstructor(dict(
+        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
+        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=arch_lr))))(model)
+    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
+    loop._runner = types.SimpleNamespace(
+        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance(name),
+        visualizer=visualizer or types.SimpleNamespace(add_scalars=lambda *a, **k: None))
+    loop._iter, loop._max_iters = 0, max_iters
+    return loop
+
+
+def alternate(loop, steps, g, size=16):
+    """``steps`` pairs of (weight, architecture) steps of ``loop`` on :func:`cls_batch` batches
+    of ``size``×``size`` images from the generator ``g``, the progress counted as the loop's
+    ``run`` counts it (two steps per pair). Returns the first and the last architecture step's
+    logs."""
+    first = out = None
+    for _ in range(steps):
+        loop.train_step(cls_batch(g, size=size), 'weight')
+        loop._iter += 1
+        out = loop.train_step(cls_batch(g, size=size), 'arch')
+        loop._iter += 1
+        first = first or out
+    return first, out

@@ -3,17 +3,14 @@ by a Lagrange multiplier μ (dual ascent) on the expected count, the target lowe
 part of the search, and the search ends on the budget (the projection); μ is state, bad targets
 are one line with exit 2."""
 import copy
-import types
 
 import pytest
 import torch
-from mmengine.logging import MessageHub
 from mmengine.registry import DefaultScope
 
-from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.registry import MODELS
 from mmdcs.selection import BudgetError
-from _mm_batches import cls_batch  # noqa: E402 (tests/ is on sys.path)
+from _mm_batches import alternate, search_loop  # noqa: E402 (tests/ is on sys.path)
 
 
 def _classifier(target, img_size=16, gate_init=3.0, **kw):
@@ -42,24 +39,11 @@ def _search(model, arch_steps, seed=0, arch_lr=0.2):
     """``arch_steps`` pairs of (weight, architecture) steps of the search loop on random 16×16
     batches, the loop's progress counted as in ``run`` (two steps per pair), then the loop's end
     of the search. Returns (the last architecture step's logs, the logged scalars)."""
-    optim = SearchOptimWrapperConstructor(dict(
-        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
-        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=arch_lr))))(model)
     vis = _Scalars()
-    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
-    loop._runner = types.SimpleNamespace(model=model, optim_wrapper=optim, visualizer=vis,
-                                         message_hub=MessageHub.get_instance('test_budget'))
-    loop._iter, loop._max_iters = 0, 2 * arch_steps
+    loop = search_loop(model, 'test_budget', 2 * arch_steps, arch_lr=arch_lr, visualizer=vis)
     model.train()
     torch.manual_seed(seed)
-    g = torch.Generator().manual_seed(seed)
-    first = out = None
-    for _ in range(arch_steps):
-        loop.train_step(cls_batch(g), 'weight')
-        loop._iter += 1
-        out = loop.train_step(cls_batch(g), 'arch')
-        loop._iter += 1
-        first = first or out
+    first, out = alternate(loop, arch_steps, torch.Generator().manual_seed(seed))
     loop.end_search()
     return first, out, vis.seen
 

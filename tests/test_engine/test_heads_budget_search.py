@@ -1,18 +1,14 @@
 """A budget search with head selection (method.md §2.7): the head gates enter the exact count
 linearly (E[kept heads] = Σ sigmoid(α)), the alternating loop moves their α under the budget,
 and the end of the search puts channels and heads together on the target."""
-import types
-
 import pytest
 import torch
-from mmengine.logging import MessageHub
 from mmengine.registry import DefaultScope
 
 from mmdcs.analysis.complexity import count_flops
-from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.registry import MODELS
 from mmdcs.selection import head_selectors
-from _mm_batches import cls_batch  # noqa: E402 (tests/ is on sys.path)
+from _mm_batches import alternate, search_loop  # noqa: E402 (tests/ is on sys.path)
 
 
 def _classifier(target, **backbone):
@@ -31,23 +27,12 @@ def test_search_with_head_gates_ends_on_the_flops_target():
     torch.manual_seed(0)
     model = _classifier(dict(flops=0.6))
     assert len(model._head_selectors) == 12 and len(model._budget.head_dims) == 12
-    optim = SearchOptimWrapperConstructor(dict(
-        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
-        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
-    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
-    loop._runner = types.SimpleNamespace(
-        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance('test_heads'),
-        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
-    loop._iter, loop._max_iters = 0, 120
+    loop = search_loop(model, 'test_heads', 120)
     heads = head_selectors(model.backbone)
     before = torch.cat([s.alpha.detach().clone() for s in heads.values()])
     model.train()
     g = torch.Generator().manual_seed(0)
-    for _ in range(60):
-        loop.train_step(cls_batch(g), 'weight')
-        loop._iter += 1
-        loop.train_step(cls_batch(g), 'arch')
-        loop._iter += 1
+    alternate(loop, 60, g)
     after = torch.cat([s.alpha.detach() for s in heads.values()])
     assert (after - before).abs().max() > 0.1  # the arch steps moved the head α
     assert (after < before).float().mean() > 0.5  # the budget pushed most of them down
@@ -93,22 +78,9 @@ def test_a_budget_that_does_not_cost_heads_is_refused_in_one_line(monkeypatch):
 
 
 def _loop(model, steps, name):
-    optim = SearchOptimWrapperConstructor(dict(
-        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
-        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
-    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
-    loop._runner = types.SimpleNamespace(
-        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance(name),
-        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
-    loop._iter, loop._max_iters = 0, 2 * steps
+    loop = search_loop(model, name, 2 * steps)
     model.train()
-    g = torch.Generator().manual_seed(0)
-    out = None
-    for _ in range(steps):
-        loop.train_step(cls_batch(g), 'weight')
-        loop._iter += 1
-        out = loop.train_step(cls_batch(g), 'arch')
-        loop._iter += 1
+    _, out = alternate(loop, steps, torch.Generator().manual_seed(0))
     loop.end_search()
     return out
 

@@ -1,19 +1,16 @@
 """A budget search with hidden-unit selection and a low-rank Linear_θ: the hidden gates enter the
 exact count bilinearly (E[D̃]·E[H̃]), the search meets the target, and the export to a budget
 ranks channels and hidden units jointly to meet it."""
-import types
 
 import pytest
 import torch
-from mmengine.logging import MessageHub
 from mmengine.registry import DefaultScope
 
 from mmdcs.analysis.complexity import calibrate_cost, count_flops
-from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.registry import MODELS
 from mmdcs.selection import hidden_selectors
 from mmdcs.selection.budget import alpha_scores, budget_subnet
-from _mm_batches import cls_batch  # noqa: E402 (tests/ is on sys.path)
+from _mm_batches import alternate, search_loop  # noqa: E402 (tests/ is on sys.path)
 
 
 def _classifier(target, **backbone):
@@ -54,21 +51,10 @@ def test_calibrated_count_is_bilinear_and_exact():
 def test_search_with_hidden_gates_meets_the_flops_target():
     torch.manual_seed(0)
     model = _classifier(dict(flops=0.6))
-    optim = SearchOptimWrapperConstructor(dict(
-        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
-        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
-    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
-    loop._runner = types.SimpleNamespace(
-        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance('test_hidden'),
-        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
-    loop._iter, loop._max_iters = 0, 300
+    loop = search_loop(model, 'test_hidden', 300)
     model.train()
     g = torch.Generator().manual_seed(0)
-    for _ in range(150):
-        loop.train_step(cls_batch(g), 'weight')
-        loop._iter += 1
-        loop.train_step(cls_batch(g), 'arch')
-        loop._iter += 1
+    alternate(loop, 150, g)
     # the search aimed at the target (the expected count), and ends on it (the projection)
     assert float(model.budget_terms(update=False)['cost_ratio']) == pytest.approx(0.6, abs=0.05)
     loop.end_search()

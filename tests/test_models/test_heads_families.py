@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from _backbones import random_gates_, randomize_weights_
-from _mm_batches import cls_batch
+from _mm_batches import alternate, search_loop
 from _tools import assert_close_scaled
 from mmdcs.models.backbones.efficientvit import EfficientViT, LiteMLA
 from mmdcs.models.backbones.mobilevit import MobileViT
@@ -967,35 +967,20 @@ def test_swin_search_with_head_gates_ends_on_the_flops_target():
     """The alternating loop moves Swin's head α under a FLOPs budget (32x32: stage 0's 8x8
     map padded to 14x14 and shifted), and the end of the search puts channels and heads on the
     target; the built network is what the budget counts."""
-    import types
-
-    from mmengine.logging import MessageHub
     from mmengine.registry import DefaultScope
 
-    from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
     from mmdcs.registry import MODELS
     torch.manual_seed(0)
     model = _head_classifier(dict(type='mmdcs.Swin', arch='swin-t', variant='kcr', img_size=32),
                              768, dict(flops=0.6))
     assert set(model._head_selectors) == set(SWIN.attns)
     assert model._budget.head_dims == SWIN.heads
-    optim = SearchOptimWrapperConstructor(dict(
-        weight=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=1e-3)),
-        arch=dict(type='OptimWrapper', optimizer=dict(type='AdamW', lr=0.2))))(model)
-    loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
-    loop._runner = types.SimpleNamespace(
-        model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance('swin_heads'),
-        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None))
-    loop._iter, loop._max_iters = 0, 40
+    loop = search_loop(model, 'swin_heads', 40)
     heads = head_selectors(model.backbone)
     before = torch.cat([s.alpha.detach().clone() for s in heads.values()])
     model.train()
     g = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        loop.train_step(cls_batch(g, size=32), 'weight')
-        loop._iter += 1
-        loop.train_step(cls_batch(g, size=32), 'arch')
-        loop._iter += 1
+    alternate(loop, 20, g, size=32)
     after = torch.cat([s.alpha.detach() for s in heads.values()])
     assert (after - before).abs().max() > 0.1  # the arch steps moved the head α
     loop.end_search()
