@@ -45,7 +45,8 @@ def search_loop(model, name, max_iters, arch_lr=0.2, visualizer=None):
     loop = AlternatingSearchLoop.__new__(AlternatingSearchLoop)
     loop._runner = types.SimpleNamespace(
         model=model, optim_wrapper=optim, message_hub=MessageHub.get_instance(name),
-        visualizer=visualizer or types.SimpleNamespace(add_scalars=lambda *a, **k: None))
+        visualizer=types.SimpleNamespace(add_scalars=lambda *a, **k: None)
+        if visualizer is None else visualizer)
     loop._iter, loop._max_iters = 0, max_iters
     return loop
 

@@ -38,7 +38,8 @@ class _Scalars:
 def _search(model, arch_steps, seed=0, arch_lr=0.2):
     """``arch_steps`` pairs of (weight, architecture) steps of the search loop on random 16×16
     batches, the loop's progress counted as in ``run`` (two steps per pair), then the loop's end
-    of the search. Returns (the last architecture step's logs, the logged scalars)."""
+    of the search. Returns (the first and the last architecture step's logs, the logged
+    scalars)."""
     vis = _Scalars()
     loop = search_loop(model, 'test_budget', 2 * arch_steps, arch_lr=arch_lr, visualizer=vis)
     model.train()

@@ -1,7 +1,6 @@
 """A budget search with hidden-unit selection and a low-rank Linear_θ: the hidden gates enter the
 exact count bilinearly (E[D̃]·E[H̃]), the search meets the target, and the export to a budget
 ranks channels and hidden units jointly to meet it."""
-
 import pytest
 import torch
 from mmengine.registry import DefaultScope
