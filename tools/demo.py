@@ -179,8 +179,6 @@ DEMO_LATENCY = 0.8
 #: the batch the demo's tables are measured at and its subnets timed: the classifier latency
 #: column's
 DEMO_LATENCY_BATCH = 16
-#: measured corrections of each export (tools/export_subnet.py's default --refine)
-DEMO_REFINE = 2
 #: how far above the highest floor a target must be (else it is raised, and said)
 FLOOR_MARGIN = 0.02
 
@@ -302,6 +300,7 @@ class Demo:
         step's log); returns (path, kept channels, channels)."""
         from mmdcs.analysis.latency_table import clock_timer
         from mmdcs.apis.export import export_subnet
+        from mmdcs.selection.budget import LATENCY_REFINE
         from mmdcs.apis.launch import UserError
         subnet_dir = osp.join(self.work, f'{tag}_subnet')
         log_path = osp.join(self.work, f'{tag}_export.log')
@@ -311,7 +310,7 @@ class Demo:
             kw = dict(target=('latency', float(target)), cost_options=dict(latency_table=table),
                       multiple_of=self.tables.multiple_of, measure=True,
                       measure_options=dict(timer=clock_timer(self.tables.clock)),
-                      refine=DEMO_REFINE)  # met as measured (±0.03) or the step fails
+                      refine=LATENCY_REFINE)  # met as measured (±0.03) or the step fails
         print(f'$ export_subnet({config}, {osp.relpath(checkpoint, ROOT)}, '
               f'target=({self.resource}, {target}), method={method}'
               + (f', latency_table={osp.relpath(table, ROOT)}' if self.tables is not None

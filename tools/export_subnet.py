@@ -56,6 +56,7 @@ from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_f
                                non_negative_float, non_negative_int, positive_int,
                                positive_size, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument
+from mmdcs.selection.budget import LATENCY_REFINE, LATENCY_TOLERANCE
 from mmdcs.selection.importance import SCORERS, widths_of
 
 #: the budgets the tool can aim at: --target-flops, --target-params, --target-latency
@@ -94,13 +95,14 @@ def parse_args(argv=None):
                          help='skip that measurement')
     parser.add_argument('--measure-rounds', type=positive_int, default=21, metavar='N',
                         help='interleaved timing rounds of the measurement (default 21)')
-    parser.add_argument('--refine', type=non_negative_int, default=2, metavar='N',
+    parser.add_argument('--refine', type=non_negative_int, default=LATENCY_REFINE, metavar='N',
                         help='with --target-latency, measured: while the subnet measured '
                         'closest to the target is more than 0.01 from it, ask the table for '
                         'asked x target / measured and measure that subnet, at most N times; the '
                         'closest is exported (default %(default)s; 0: the table\'s subnet as it '
                         'is)')
-    parser.add_argument('--latency-tolerance', type=non_negative_float, default=0.03,
+    parser.add_argument('--latency-tolerance', type=non_negative_float,
+                        default=LATENCY_TOLERANCE,
                         metavar='T',
                         help='with --target-latency, measured: refuse (exit 2, nothing written) a '
                         'subnet measured more than T from the target (default %(default)s; '
@@ -167,8 +169,8 @@ def export(args):
         measure_options=dict(repeats=getattr(args, 'measure_rounds', 21),
                              threads=getattr(args, 'threads', None)),
         batches=train_batches(getattr(args, 'taylor_batches', 4), seed=options['seed']),
-        scorer_options=options, refine=getattr(args, 'refine', 2),
-        latency_tolerance=getattr(args, 'latency_tolerance', 0.03))
+        scorer_options=options, refine=getattr(args, 'refine', LATENCY_REFINE),
+        latency_tolerance=getattr(args, 'latency_tolerance', LATENCY_TOLERANCE))
     for line in result.lines:
         print(line)
     for line in result.warnings:

@@ -325,8 +325,11 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
             if options.get('timer') is None and table.get('clock') in CLOCKS:
                 options['timer'] = clock_timer(table['clock'])  # the clock it predicts
 
+        base = baseline_backbone(cfg, scope, options.get('seed', 0))  # once for every try
+
         def timed(built):
-            return measure_latency(cfg, scope, built[2], classifier, full_shape, **options)
+            return measure_latency(cfg, scope, built[2], classifier, full_shape, base=base,
+                                   **options)
 
         def candidate(r: float):
             s_ = spec_at(r)
@@ -419,17 +422,9 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
     return result
 
 
-def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_shape,
-                    repeats: int = 21, warmup: int = 3, threads: Optional[int] = None,
-                    batch: Optional[int] = None, timer: Optional[Callable] = None,
-                    seed: int = 0) -> dict:
-    """The exported backbone's latency against the baseline backbone's (the config's backbone
-    with ``variant='baseline'``, random weights: time depends only on the shapes), timed
-    interleaved round by round, medians (:func:`mmdcs.analysis.latency.time_models`; ``timer``:
-    a replacement with its signature, e.g. a synthetic one in tests). Backbones, as a latency
-    table measures them (a classifier's head is the same in both)."""
-    timer = timer or time_models
-    threads, batch = threads or 1, batch or 1
+def baseline_backbone(cfg, scope: str, seed: int = 0) -> nn.Module:
+    """The config's backbone with ``variant='baseline'`` (no selection, no subnet, random
+    weights: time depends only on the shapes), eval mode."""
     base_cfg = copy.deepcopy(cfg.model)
     b = backbone_cfg_of(base_cfg)
     b['variant'] = 'baseline'
@@ -439,7 +434,22 @@ def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_s
         base_cfg.pop('cost', None)
     torch.manual_seed(seed)
     base = build_model(base_cfg, scope).eval()
-    base, pruned = mmdcs_backbone(base) or base, require_pruned(pruned)
+    return mmdcs_backbone(base) or base
+
+
+def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_shape,
+                    repeats: int = 21, warmup: int = 3, threads: Optional[int] = None,
+                    batch: Optional[int] = None, timer: Optional[Callable] = None,
+                    seed: int = 0, base: Optional[nn.Module] = None) -> dict:
+    """The exported backbone's latency against the baseline backbone's (``base``, default
+    :func:`baseline_backbone`), timed interleaved round by round, medians
+    (:func:`mmdcs.analysis.latency.time_models`; ``timer``: a replacement with its signature,
+    e.g. a synthetic one in tests). Backbones, as a latency table measures them (a classifier's
+    head is the same in both)."""
+    timer = timer or time_models
+    threads, batch = threads or 1, batch or 1
+    base = baseline_backbone(cfg, scope, seed) if base is None else base
+    pruned = require_pruned(pruned)
     x = torch.randn((int(batch), ) + tuple(full_shape[1:]),
                     generator=torch.Generator().manual_seed(seed))
     t = timer(dict(baseline=base, pruned=pruned), x, warmup=warmup, repeats=repeats,

@@ -844,6 +844,9 @@ REFINE_TOLERANCE = 0.01
 #: how far a latency target's measured ratio may be from the target: the promise of
 #: docs/budgets.md (0.70 asked, 0.70 ± 0.03 measured); the export refuses a larger miss
 LATENCY_TOLERANCE = 0.03
+#: measured corrections of an export to a latency target unless told (tools/export_subnet.py
+#: --refine, the demo)
+LATENCY_REFINE = 2
 
 
 @dataclass
