@@ -298,18 +298,16 @@ class Demo:
         table of ``kind`` (then measured against the baseline with the table's clock)
         (:func:`mmdcs.apis.export.export_subnet`, in this process; its report goes to the
         step's log); returns (path, kept channels, channels)."""
-        from mmdcs.analysis.latency_table import clock_timer
         from mmdcs.apis.export import export_subnet
-        from mmdcs.selection.budget import LATENCY_REFINE
         from mmdcs.apis.launch import UserError
+        from mmdcs.selection.budget import LATENCY_REFINE
         subnet_dir = osp.join(self.work, f'{tag}_subnet')
         log_path = osp.join(self.work, f'{tag}_export.log')
         kw = dict(target=('flops', float(target)))
         if self.tables is not None:
             table, _ = self.tables.get('mobilevit-xs', kind)
             kw = dict(target=('latency', float(target)), cost_options=dict(latency_table=table),
-                      multiple_of=self.tables.multiple_of, measure=True,
-                      measure_options=dict(timer=clock_timer(self.tables.clock)),
+                      multiple_of=self.tables.multiple_of, measure=True,  # the table's clock
                       refine=LATENCY_REFINE)  # met as measured (±0.03) or the step fails
         print(f'$ export_subnet({config}, {osp.relpath(checkpoint, ROOT)}, '
               f'target=({self.resource}, {target}), method={method}'
