@@ -605,7 +605,7 @@ class Demo:
                 print(f'| {label} | {key} | {shown} |')
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
@@ -641,6 +641,11 @@ def main(argv=None):
         args.train_images = 0 if args.peers else 1000
     if args.quick:
         args.epochs, args.det_epochs, args.seg_iters = 1, 1, 20
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     with user_errors():  # before any step: the two directories the demo writes into
         check_output_dir(args.work_dir, '--work-dir')
         check_output_dir(args.data, '--data')
