@@ -41,7 +41,8 @@ DOCS = ['README.md'] + sorted(
 
 #: a script's options that belong to another tool: torchrun wrappers pass them to train/test
 #: (tool, position of GPUS)
-FORWARDS = {'tools/dist_train.sh': ('tools/train.py', 2), 'tools/dist_test.sh': ('tools/test.py', 3)}
+FORWARDS = {'tools/dist_train.sh': ('tools/train.py', 2),
+            'tools/dist_test.sh': ('tools/test.py', 3)}
 INTERPRETERS = re.compile(r'^(\S*/)?(python3?(\.\d+)?|bash|sh|\$\(PY\)|\$PY)$')
 TOOL = re.compile(r'^(\./)?(tools/\S+\.(py|sh))$')
 #: what makes a command a template rather than one to run as it is
@@ -144,6 +145,9 @@ def tool_module(path: str):
 @functools.lru_cache(maxsize=None)
 def tool_options(path: str) -> frozenset:
     """Every option string of the tool's own parser (built by its ``parse_args``)."""
+    module = tool_module(path)
+    assert hasattr(module, 'parse_args'), (
+        f'{path} has no parse_args(argv): the docs test reads its options from it')
     built = []
 
     def grab(parser, *args, **kwargs):
@@ -152,7 +156,7 @@ def tool_options(path: str) -> frozenset:
 
     with mock.patch.object(argparse.ArgumentParser, 'parse_args', grab):
         with contextlib.suppress(_Built):
-            tool_module(path).parse_args([])
+            module.parse_args([])
     assert built, f'{path}: parse_args built no parser'
     return frozenset(built[0]._option_string_actions)
 
