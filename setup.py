@@ -55,7 +55,17 @@ if __name__ == '__main__':
         'an OpenMMLab 2.x plugin',
         long_description=open(osp.join(HERE, 'README.md')).read(),
         long_description_content_type='text/markdown',
-        python_requires='>=3.8',
+        # tools/setup_env.sh builds the environment with Python 3.11 only (torch 2.14.1 and the
+        # mmcv 2.1.0 build are tested there); no other version has been run
+        python_requires='>=3.11,<3.12',
+        classifiers=[
+            'Development Status :: 3 - Alpha',
+            'Intended Audience :: Science/Research',
+            'Operating System :: POSIX :: Linux',
+            'Programming Language :: Python :: 3',
+            'Programming Language :: Python :: 3.11',
+            'Topic :: Scientific/Engineering :: Artificial Intelligence',
+        ],
         packages=find_packages(include=['mmdcs', 'mmdcs.*']),
         include_package_data=True,
         package_data={'mmdcs': ['.mim/configs/**/*', '.mim/tools/**/*']},
@@ -65,9 +75,12 @@ if __name__ == '__main__':
             'tests': read_requirements('tests.txt'),
             'all': read_requirements('tests.txt'),
             # the peer of tools/analysis/benchmark_peer.py, not a dependency of mmdcs (kept
-            # out of requirements/, whose files tools/setup_env.sh hashes)
+            # out of requirements/, whose files tools/setup_env.sh hashes). There is no `deploy`
+            # extra: onnx, onnxruntime and onnxscript are runtime requirements
+            # (requirements/runtime.txt), installed with mmdcs.
             'bench': ['torch-pruning==1.6.1'],
         },
         license='Apache-2.0',
+        license_files=['LICENSE'],
         zip_safe=False,
     )

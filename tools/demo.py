@@ -172,9 +172,8 @@ def last_scalars(work_dir):
 
 ARCH_LABELS = {'mobilevit-xs': 'MobileViT-XS', 'deit-tiny': 'DeiT-Tiny'}
 #: the demo's latency target (of the baseline backbone, predicted by the tables and met as
-#: measured, ±0.03): at 64×64 and batch 16 the predicted floors are about 0.5 (DCS's table on
-#: the 2-core AMD EPYC of 2026-11-28: floor 0.496, error 1.3 % on random subnets); at batch 1
-#: they were 0.85–0.92 and every subnet measured above the baseline (per-call costs dominate)
+#: measured, ±0.03): at 64×64 and batch 16 the tables' predicted floors are about 0.5 (measured:
+#: the README's "Results at a glance"); at batch 1 they are close to 1 (per-call costs dominate)
 DEMO_LATENCY = 0.8
 #: the batch the demo's tables are measured at and its subnets timed: the classifier latency
 #: column's
@@ -605,11 +604,11 @@ class Demo:
                 print(f'| {label} | {key} | {shown} |')
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
     parser.add_argument('--data', default='data/digits')
-    # the length of the main demo (≤ 10 min on 2 cores is the aim): 3 epochs on the first 1,000
+    # the length of the main demo (about 10 min on 2 cores): 3 epochs on the first 1,000
     # of the 1,438 training digits per classification run, 6 SSDLite epochs, 150 FPN iterations;
     # --peers: 4 epochs on all the digits (a DeiT from scratch needs them)
     parser.add_argument('--epochs', type=positive_int, default=None,
@@ -641,6 +640,11 @@ def main(argv=None):
         args.train_images = 0 if args.peers else 1000
     if args.quick:
         args.epochs, args.det_epochs, args.seg_iters = 1, 1, 20
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     with user_errors():  # before any step: the two directories the demo writes into
         check_output_dir(args.work_dir, '--work-dir')
         check_output_dir(args.data, '--data')

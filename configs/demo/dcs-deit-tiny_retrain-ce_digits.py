@@ -1,4 +1,4 @@
-# Ablation (issue 25): the searched DCS-DeiT-Tiny subnet retrained on the same schedule as
+# Ablation: the searched DCS-DeiT-Tiny subnet retrained on the same schedule as
 # dcs-deit-tiny_retrain_digits.py — the Q/K gates (Linear_θ) and their temperature kept — with
 # the cross-entropy only (no IB term), to separate the widths the search chose from what the
 # retraining term does (method.md §4.4).

@@ -1,7 +1,7 @@
 # Cascade Mask R-CNN + FPN (COCO, 3x, multi-scale) with the searched KCR-Swin-T (KCR paper, Table 3:
 # 50.9 box / 44.0 mask mAP); otherwise cascade-mask-rcnn_swin-t_fpn_ms-3x_coco.py.
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
-#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_300.pth
 # (the variables below are read when the file is parsed; overriding them alone changes nothing).
 _base_ = './cascade-mask-rcnn_swin-t_fpn_ms-3x_coco.py'
 

@@ -1,6 +1,6 @@
 # Mask R-CNN + FPN (COCO, 1x) with the searched KCR-Swin-B; otherwise mask-rcnn_swin-b_fpn_1x_coco.py.
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
-#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_300.pth
 _base_ = './mask-rcnn_swin-b_fpn_1x_coco.py'
 
 subnet = 'work_dirs/kcr-swin-b_search_in100/subnet.json'

@@ -1,7 +1,7 @@
 # Mask R-CNN + FPN (COCO, 1x) with the searched KCR-Swin-T (the subnet exported by the KCR search,
 # initialised from its retrained ImageNet classifier); otherwise mask-rcnn_swin-t_fpn_1x_coco.py.
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
-#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_300.pth
 # (the variables below are read when the file is parsed; overriding them alone changes nothing).
 _base_ = './mask-rcnn_swin-t_fpn_1x_coco.py'
 

@@ -1,6 +1,6 @@
 # SSDLite 320 (COCO, 200 epochs) with the searched DCS-EfficientViT-B1 (DCS paper, Table 3: 29.0 mAP).
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
-#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_300.pth
 _base_ = './ssdlite_efficientvit-b1_200e_coco.py'
 
 subnet = 'work_dirs/dcs-efficientvit-b1_search_in100/subnet.json'

@@ -2,7 +2,7 @@
 # Same as the baseline config but the backbone is the pruned subnet exported by the search and
 # initialised from its retrained ImageNet classifier:
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
-#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_300.pth
 # (the variables below are read when the file is parsed; overriding them alone changes nothing).
 # The neck reads the stage outputs, whose channels pruning leaves unchanged.
 _base_ = './ssdlite_mobilevit-xs_200e_coco.py'

@@ -1,4 +1,4 @@
-# Ablation (issue 25; tools/analysis/compare_methods.py --pretrained --no-theta-masks): the DCS
+# Ablation (tools/analysis/compare_methods.py --pretrained --no-theta-masks): the DCS
 # subnet fine-tuned from its inherited weights without its Linear_θ Q/K masks (variant dcs-arch2,
 # subnet_no-theta.json); the fine-tuning of dcs-deit-tiny_finetune_digits.py without the temperature
 # hook (no Gumbel gates without the masks).

@@ -1,4 +1,4 @@
-# Pruning a pretrained model (issue 25, step 3 of 3): fine-tune the exported subnet from the weights
+# Pruning a pretrained model (step 3 of 3): fine-tune the exported subnet from the weights
 # it inherited (pruned.pth of tools/export_subnet.py) with the DCS retraining terms, at a lower lr
 # than retraining from scratch.
 _base_ = ['../demo/dcs-deit-tiny_retrain_digits.py']

@@ -1,4 +1,4 @@
-# Pruning a pretrained ViT-S/16 (issue 25): timm's ImageNet-1k weights converted once with
+# Pruning a pretrained ViT-S/16: timm's ImageNet-1k weights converted once with
 #   python tools/convert/timm_to_mmdcs.py vit vit-s16 vit_small_patch16_224.pth \
 #       checkpoints/vit-s16_in1k.pth
 # (nothing is downloaded at run time) initialise the DCS supernet (gates open: gate_init 3.0;

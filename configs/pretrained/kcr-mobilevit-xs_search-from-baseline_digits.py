@@ -1,4 +1,4 @@
-# Pruning a pretrained model (issue 25, step 1 of 3): the KCR supernet starts from a trained
+# Pruning a pretrained model (step 1 of 3): the KCR supernet starts from a trained
 # baseline's weights (load_from; the selection parameters a baseline has not, α and Linear_θ,
 # keep their initialisation: gate_init 3.0 opens every gate, Linear_θ's weight starts at 0, so the
 # supernet at the start computes the baseline's eval output), searches briefly at the budget with a

@@ -1,4 +1,4 @@
-# Pruning a pretrained Swin-T with KCR (issue 25): timm's ImageNet-1k weights converted once with
+# Pruning a pretrained Swin-T with KCR: timm's ImageNet-1k weights converted once with
 #   python tools/convert/timm_to_mmdcs.py swin swin-t swin_tiny_patch4_window7_224.pth \
 #       checkpoints/swin-t_in1k.pth
 # initialise the KCR supernet (gates open), searched for 10 epochs on ImageNet-1k at 0.7 of the

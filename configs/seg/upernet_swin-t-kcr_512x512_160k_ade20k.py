@@ -2,7 +2,7 @@
 # the KCR search, initialised from its retrained ImageNet classifier); otherwise
 # upernet_swin-t_512x512_160k_ade20k.py.
 #   --cfg-options model.backbone.subnet=work_dirs/.../subnet.json \
-#                 model.backbone.init_cfg.checkpoint=work_dirs/.../best.pth
+#                 model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_300.pth
 _base_ = './upernet_swin-t_512x512_160k_ade20k.py'
 
 subnet = 'work_dirs/kcr-swin-t_search_in100/subnet.json'

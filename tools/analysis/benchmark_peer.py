@@ -1,5 +1,5 @@
-"""mmdcs at a latency target side by side with Torch-Pruning at the same FLOPs (issue 23;
-docs/benchmarks.md *Side by side with Torch-Pruning*).
+"""mmdcs at a latency target side by side with Torch-Pruning at the same FLOPs
+(docs/benchmarks.md, "Side by side with Torch-Pruning").
 
 Per model, in one process: mmdcs's budget subnet at --target-latency (the paper's variant with
 hidden-unit selection, its latency table read from --tables DIR or measured there), and timm's

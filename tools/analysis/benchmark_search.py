@@ -194,7 +194,7 @@ def memory_benchmark(args):
               f'{sizes[1] / 1024:8.1f} KiB   ratio {sizes[1] / sizes[0]:.2f}')
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--arch', default='mobilevit-xs')
     parser.add_argument('--size', type=positive_size, default=64)
@@ -211,7 +211,11 @@ def main(argv=None):
                         help="the searched variant (default: the family's paper_variant, the "
                         "variant the papers apply to it: dcs for MobileViT / EfficientViT, kcr "
                         "for ViT / Swin)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     with user_errors():
         variants = [v for v in VARIANTS if v != 'baseline']
         if args.variant is None:

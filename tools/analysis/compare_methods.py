@@ -1,5 +1,5 @@
 """Compare DCS, KCR and the plain pruners at equal FLOPs or equal latency on the digits, over
-seeds (issue 25).
+seeds (docs/user_guide/compare.md).
 
     python tools/analysis/compare_methods.py --models deit-tiny mobilevit-xs \\
         --methods dcs kcr magnitude uniform random taylor --budgets 0.9 0.7 0.5 \\

@@ -15,7 +15,7 @@ widths rounded up to a multiple of 8 unless --multiple-of says otherwise):
 
     python tools/analysis/latency.py --target-flops 0.7 --select-hidden [all] [--hidden-only] ...
 
-With --select-heads (--target-flops or --target-latency; issue 24) attention heads are pruned
+With --select-heads (--target-flops or --target-latency) attention heads are pruned
 too: the supernet is built with select_heads=True, its channels, hidden units (with
 --select-hidden) and heads ranked jointly by the magnitude scorer per unit of cost (FLOPs: the
 exact count, instead of one kept ratio; latency: its table, which then has head units and its

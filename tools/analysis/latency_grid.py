@@ -8,7 +8,8 @@ for that export (``mmdcs.analysis.latency_grid``):
         [--select-hidden] [--threads 1] [--rounds 5] [--repeats 21] [--json rows.json] [--force]
 
 Random weights (the export ranks by weight magnitude; which channels go does not change the
-time). Two table builds: about 3 minutes each for ViT-S/16 at 112x112 on a 2-core Xeon.
+time). Two table builds: 163-209 s each for ViT-S/16 at 112x112 on a loaded 2-core Xeon
+(docs/benchmarks.md).
 """
 import os.path as osp
 import sys

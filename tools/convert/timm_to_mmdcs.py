@@ -49,7 +49,7 @@ def load_state_dict(path):
     return ckpt
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('family', choices=FAMILIES)
     parser.add_argument('arch')
@@ -62,7 +62,11 @@ def main(argv=None):
                         help='convert a randomly initialised timm model (no SRC)')
     add_trust_flag(parser)
     add_force_argument(parser)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     with user_errors():
         set_checkpoint_trust(args)
         convert(args)
