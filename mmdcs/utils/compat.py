@@ -37,13 +37,17 @@ import os
 import os.path as osp
 import sys
 
-from .checkpoint import check_loaded, load_checkpoint_file, record_checkpoint
-from .files import atomic_write
+from mmdcs.selection.jsonio import read_json
+from mmdcs.selection.utils import search_state_keys
+
+from .checkpoint import (UnreadableCheckpointError, check_loaded, load_checkpoint_file,
+                         record_checkpoint)
+from .files import atomic_write, new_run_dir, replacing
 
 _PATCHED = False
 
 
-def _load_from_local(filename, map_location):
+def _load_from_local(filename, map_location=None):
     return load_checkpoint_file(filename, map_location)
 
 
@@ -66,6 +70,85 @@ def _load_from_http(filename, map_location=None, model_dir=None):
         if world_size > 1 and turn == 0:
             torch.distributed.barrier()
     return _load_from_local(cached, map_location)
+
+
+def _zoo_url(filename: str, urls: dict, listed_in: str) -> str:
+    """The URL (or path) a model-zoo name (``SCHEME://NAME``) stands for, one line if none."""
+    name = filename.split('://', 1)[1]
+    url = urls.get(name)
+    if not isinstance(url, str) or not url:
+        raise UnreadableCheckpointError(f'{filename}: no model named {name!r} in {listed_in}')
+    return url
+
+
+def _load_from_torchvision(filename, map_location=None):
+    """``torchvision://NAME`` (``modelzoo://NAME``): torchvision's URL of NAME, downloaded and
+    loaded safely (:func:`_load_from_http`)."""
+    from mmengine.runner.checkpoint import get_torchvision_models
+    url = _zoo_url(filename, get_torchvision_models(), "torchvision's model list")
+    return _load_from_http(url, map_location)
+
+
+def _load_from_openmmlab(filename, map_location=None):
+    """``open-mmlab://NAME`` (``openmmlab://NAME``): the URL or the file (under mmengine's home,
+    ``$MMENGINE_HOME``) that mmengine's list of OpenMMLab models, or the user's
+    ``$MMENGINE_HOME/open_mmlab.json``, gives NAME, loaded safely (mmengine's own loader calls
+    ``torch.load`` on a local one)."""
+    import mmengine
+    from mmengine.runner.checkpoint import _get_mmengine_home
+    home = _get_mmengine_home()
+    urls = read_json(osp.join(mmengine.__path__[0], 'hub', 'openmmlab.json'),
+                     UnreadableCheckpointError, 'model list')
+    deprecated = read_json(osp.join(mmengine.__path__[0], 'hub', 'deprecated.json'),
+                           UnreadableCheckpointError, 'model list')
+    user_list = osp.join(home, 'open_mmlab.json')
+    if osp.exists(user_list):
+        urls.update(read_json(user_list, UnreadableCheckpointError, 'model list'))
+    scheme, name = filename.split('://', 1)
+    name = deprecated.get(name, name) if isinstance(deprecated.get(name), str) else name
+    url = _zoo_url(f'{scheme}://{name}', urls, f'the OpenMMLab model list (and {user_list})')
+    if url.startswith(('http://', 'https://')):
+        return _load_from_http(url, map_location)
+    return load_checkpoint_file(osp.join(home, url), map_location)
+
+
+def _load_from_mmcls(filename, map_location=None):
+    """``mmcls://NAME``: mmengine's URL of the mmcls model, downloaded and loaded safely, its
+    backbone's weights kept (as mmengine does)."""
+    import mmengine
+    from mmengine.runner.checkpoint import _process_mmcls_checkpoint
+    urls = read_json(osp.join(mmengine.__path__[0], 'hub', 'mmcls.json'),
+                     UnreadableCheckpointError, 'model list')
+    return _process_mmcls_checkpoint(
+        _load_from_http(_zoo_url(filename, urls, "mmengine's mmcls model list"), map_location))
+
+
+def _refuse_scheme(filename, map_location=None):
+    """A source no safe loader reads (``pavi://``, the ``s3://`` / ``petrel://`` storage
+    backends, a scheme registered by another package): one line."""
+    raise UnreadableCheckpointError(
+        f'{filename}: checkpoints from {filename.split("://", 1)[0]}:// are not read (mmdcs reads '
+        'local files and http(s):// downloads safely, and the model zoos that resolve to '
+        'them: torchvision://, open-mmlab://, mmcls://); copy the file to a local path')
+
+
+#: prefix → mmdcs's loader, for every scheme mmengine 0.10.7's CheckpointLoader knows
+#: (mmengine/runner/checkpoint.py); a scheme without one here is refused
+#: (:func:`_checkpoint_loader`)
+SCHEMES = {'': _load_from_local, 'http://': _load_from_http, 'https://': _load_from_http,
+           'torchvision://': _load_from_torchvision, 'modelzoo://': _load_from_torchvision,
+           'open-mmlab://': _load_from_openmmlab, 'openmmlab://': _load_from_openmmlab,
+           'mmcls://': _load_from_mmcls, 'pavi://': _refuse_scheme,
+           r'(\S+\:)?s3://': _refuse_scheme, r'(\S+\:)?petrel://': _refuse_scheme}
+
+
+def _checkpoint_loader(cls, path):
+    """``CheckpointLoader._get_checkpoint_loader``: the loader of ``path``'s scheme, which is one
+    of :data:`SCHEMES`'s (a scheme registered by anything else is refused: its loader would
+    unpickle the file without the checks)."""
+    loader = _ORIGINAL['get_checkpoint_loader'].__func__(cls, path)
+    safe = set(SCHEMES.values())
+    return loader if loader in safe else _refuse_scheme
 
 
 def patch_history_buffer_pickling() -> None:
@@ -143,6 +226,11 @@ def _load_state_dict(module, state_dict, strict=False, logger=None):
     load = None  # break load->load reference cycle
     missing_keys = [key for key in missing_keys if 'num_batches_tracked' not in key]
     size_errors = list(err_msg)
+    if not strict:  # a refused load is one line, without mmengine's list of every key first
+        check_loaded(type(target).__name__ if not isinstance(target, BaseModel) else
+                     f'the model ({type(target).__name__})', numel, loaded_keys, missing_keys,
+                     unexpected_keys, size_errors, whole_model=isinstance(target, BaseModel),
+                     search_state=search_state_keys(target))
     if unexpected_keys:
         err_msg.append(f'unexpected key in source state_dict: {", ".join(unexpected_keys)}\n')
     if missing_keys:
@@ -154,13 +242,8 @@ def _load_state_dict(module, state_dict, strict=False, logger=None):
         if strict:
             raise RuntimeError(text)
         print_log(text, logger=logger, level=logging.WARNING)
-    if strict:
-        if err_msg:  # the other ranks
-            raise RuntimeError('\n'.join(err_msg))
-        return
-    check_loaded(type(target).__name__ if not isinstance(target, BaseModel) else
-                 f'the model ({type(target).__name__})', numel, loaded_keys, missing_keys,
-                 unexpected_keys, size_errors, whole_model=isinstance(target, BaseModel))
+    if strict and err_msg:  # the other ranks
+        raise RuntimeError('\n'.join(err_msg))
 
 
 def _IncompatibleKeys(missing, unexpected):
@@ -221,6 +304,39 @@ def _save_checkpoint_with_step(self, runner, step, meta):
     atomic_write(osp.join(runner.work_dir, 'last_checkpoint'), str(self.last_ckpt))
 
 
+def _dump_config(self) -> None:
+    """mmengine 0.10.7's ``Runner.dump_config`` (the config into the work dir, by the main
+    process), written through :func:`mmdcs.utils.files.replacing`: a link planted under the
+    config's name in the work dir is replaced, its target never written."""
+    from mmengine.dist import is_main_process
+    if not is_main_process():
+        return
+    name = osp.basename(self.cfg.filename) if self.cfg.filename is not None else \
+        f'{self.timestamp}.py'
+    with replacing(osp.join(self.work_dir, name)) as tmp:
+        self.cfg.dump(tmp)
+
+
+def _setup_env(self, env_cfg) -> None:
+    """mmengine's ``Runner.setup_env`` (which picks the run's timestamp), then the run's log
+    directory ``WORK_DIR/TIMESTAMP`` made new (:func:`mmdcs.utils.files.new_run_dir`) before
+    mmengine makes it with ``exist_ok``: everything mmengine writes there (the log, ``vis_data/``
+    with its ``scalars.json``, the config copy and the JSON log, a test's painted images) lands
+    in a directory nothing was planted in; a link planted under that name is refused."""
+    _ORIGINAL['setup_env'](self, env_cfg)
+    new_run_dir(osp.join(self._work_dir, self._timestamp))
+
+
+def patch_mmengine_run_files() -> None:
+    """The files a Runner writes outside its checkpoints never go through a planted link:
+    ``Runner.dump_config`` and ``Runner.setup_env`` are replaced (idempotent). (Checkpoints,
+    ``last_checkpoint`` and the manifest: :func:`patch_mmengine_checkpoint_saving`.)"""
+    from mmengine.runner import Runner
+    _ORIGINAL.setdefault('setup_env', Runner.setup_env)
+    Runner.setup_env = _setup_env
+    Runner.dump_config = _dump_config
+
+
 _ORIGINAL = {}
 
 
@@ -249,11 +365,14 @@ def patch_mmengine_checkpoint_loading() -> None:
         return
     import mmengine.runner.checkpoint as mmengine_checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=_load_from_local, force=True)
-    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=_load_from_http,
-                                     force=True)
-    # torchvision://, open-mmlab://, mmcls:// call load_from_http by its module-level name
+    for prefix, loader in SCHEMES.items():
+        CheckpointLoader.register_scheme(prefixes=prefix, loader=loader, force=True)
+    _ORIGINAL.setdefault('get_checkpoint_loader', CheckpointLoader.__dict__[
+        '_get_checkpoint_loader'])
+    CheckpointLoader._get_checkpoint_loader = classmethod(_checkpoint_loader)
+    # for code that calls mmengine's loaders by their module-level names
     mmengine_checkpoint.load_from_http = _load_from_http
+    mmengine_checkpoint.load_from_local = _load_from_local
     # _load_checkpoint_to_model (load_from, --resume, test.py) calls it by its module-level
     # name, PretrainedInit imports it when it runs
     mmengine_checkpoint.load_state_dict = _load_state_dict
@@ -261,6 +380,7 @@ def patch_mmengine_checkpoint_loading() -> None:
     runner_pkg.load_state_dict = _load_state_dict
     patch_history_buffer_pickling()
     patch_mmengine_checkpoint_saving()
+    patch_mmengine_run_files()
     _PATCHED = True
 
 
