@@ -21,8 +21,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                                non_negative_float, non_negative_int, positive_int,
-                                set_checkpoint_trust, user_errors)
+                               non_negative_float, non_negative_int, positive_int, run_program,
+                               set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
@@ -66,15 +66,15 @@ def compare(metrics: dict) -> list:
 
 
 def run(args) -> dict:
-    from mmdcs.apis.deploy import evaluate_pair, model_kind, read_metadata, set_export_mode_
+    from mmdcs.apis.deploy import (evaluate_pair, model_kind, read_metadata, read_onnx,
+                                   set_export_mode_)
     from mmdcs.apis.launch import check_data_paths
     from mmdcs.apis.subnet_io import (build_model, load_model_checkpoint, load_task_config,
                                        require_checkpoint)
     check_output_file(args.json, '--json')
     refuse_overwrite([args.json], args.force)
     require_checkpoint(args.config, args.checkpoint)
-    if not osp.isfile(args.onnx):
-        raise UserError(f'ONNX file not found: {args.onnx}')
+    read_onnx(args.onnx)  # a missing or broken file: one line, before the model is built
     cfg, scope = load_task_config(args.config, args.cfg_options)
     set_checkpoint_trust(args, cfg)
     check_data_paths(cfg, ('test_dataloader', ))
@@ -126,4 +126,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)
