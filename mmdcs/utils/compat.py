@@ -123,7 +123,7 @@ def _load_from_mmcls(filename, map_location=None):
         _load_from_http(_zoo_url(filename, urls, "mmengine's mmcls model list"), map_location))
 
 
-def _refuse_scheme(filename, map_location=None):
+def _load_from_refused(filename, map_location=None):
     """A source no safe loader reads (``pavi://``, the ``s3://`` / ``petrel://`` storage
     backends, a scheme registered by another package): one line."""
     raise UnreadableCheckpointError(
@@ -138,8 +138,8 @@ def _refuse_scheme(filename, map_location=None):
 SCHEMES = {'': _load_from_local, 'http://': _load_from_http, 'https://': _load_from_http,
            'torchvision://': _load_from_torchvision, 'modelzoo://': _load_from_torchvision,
            'open-mmlab://': _load_from_openmmlab, 'openmmlab://': _load_from_openmmlab,
-           'mmcls://': _load_from_mmcls, 'pavi://': _refuse_scheme,
-           r'(\S+\:)?s3://': _refuse_scheme, r'(\S+\:)?petrel://': _refuse_scheme}
+           'mmcls://': _load_from_mmcls, 'pavi://': _load_from_refused,
+           r'(\S+\:)?s3://': _load_from_refused, r'(\S+\:)?petrel://': _load_from_refused}
 
 
 def _checkpoint_loader(cls, path):
@@ -148,7 +148,7 @@ def _checkpoint_loader(cls, path):
     unpickle the file without the checks)."""
     loader = _ORIGINAL['get_checkpoint_loader'].__func__(cls, path)
     safe = set(SCHEMES.values())
-    return loader if loader in safe else _refuse_scheme
+    return loader if loader in safe else _load_from_refused
 
 
 def patch_history_buffer_pickling() -> None:

@@ -308,16 +308,17 @@ def test_logs_and_annotation_files_are_not_written_through_a_link(tmp_path):
     """The comparison's run logs (``open_log``) and the ImageNet subset's annotation files
     were opened for writing by name: a link planted there had its target written."""
     from mmdcs.datasets.imagenet_subset import _write_lines
-    from mmdcs.utils.files import open_log
     victim = tmp_path / 'victim'
     victim.write_text('precious')
-    for name in ('run.log', 'train.txt'):
+    for name in ('run.log', 'train.txt', 'train.txt.tmp'):
         os.symlink(str(victim), str(tmp_path / name))
-    with pytest.raises(FileExistsError, match='not followed'):
-        open_log(str(tmp_path / 'run.log'))
     _write_lines(str(tmp_path / 'train.txt'), ['a/1.JPEG 0'])
     assert victim.read_text() == 'precious'
     assert not osp.islink(str(tmp_path / 'train.txt'))
+    from mmdcs.utils.files import open_log
+    with pytest.raises(FileExistsError, match='not followed'):
+        open_log(str(tmp_path / 'run.log'))
+    assert victim.read_text() == 'precious'
     with open_log(str(tmp_path / 'logs' / 'new.log')) as f:
         f.write('line\n')
     assert (tmp_path / 'logs' / 'new.log').read_text() == 'line\n'
