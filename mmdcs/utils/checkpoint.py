@@ -2,10 +2,10 @@
 
 Unpickling a ``.pth`` file can call any Python function the file names (``os.system``, ``eval``,
 ...). torch ≥ 2.6 therefore loads with ``weights_only=True`` by default: only tensors, numbers,
-strings and containers, plus the types an allowlist adds. mmdcs loads every local checkpoint
+strings and containers, plus the types an allowlist adds. mmdcs loads every checkpoint
 (``init_cfg=dict(type='Pretrained')``, ``load_from``, ``--resume``, ``tools/test.py``'s
-CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher) with
-:func:`load_checkpoint_file`:
+CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher; from a local path or any
+scheme mmengine knows, :data:`mmdcs.utils.compat.SCHEMES`) with :func:`load_checkpoint_file`:
 
 * ``.safetensors`` files are read with ``safetensors`` (tensors only; the mmdcs ``meta`` is a JSON
   string in the file's metadata);
@@ -20,17 +20,22 @@ CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher) with
   ``--trust-checkpoint``, other tools, e.g. mmdet's own ``tools/train.py``, the config key
   ``trust_checkpoint = True``), unless it is trusted: the user passed ``--trust-checkpoint`` (or
   set ``trust_checkpoint = True`` in the config, also read from the config of the Runner that is
-  loading), or, for a full-state ``--resume``, the run itself wrote the file: its sha256 is the
-  one recorded in the :data:`MANIFEST` of the work dir when mmdcs saved it
+  loading), or, for the full-state ``--resume`` of ``tools/train.py``, a run of this user wrote
+  the file into that work dir: it lies directly in the work dir, and its HMAC-SHA256 under the
+  user's key (:func:`manifest_key`: a 0600 file in the user's config directory, outside any
+  work dir) is the one recorded in the work dir's :data:`MANIFEST` when mmdcs saved it
   (:func:`record_checkpoint`, called by the checkpoint saving patched into mmengine, see
-  :mod:`mmdcs.utils.compat`); a trusted file that the safe loader refuses is loaded with
-  ``weights_only=False`` (from the bytes whose digest was checked);
-* a file that is no checkpoint at all (random bytes, a truncated download, an empty file) gives
+  :mod:`mmdcs.utils.compat`); whoever can write the work dir but lacks the key cannot forge a
+  line. A trusted file that the safe loader refuses is loaded with ``weights_only=False`` (from
+  the bytes whose tag was checked);
+* a file that is no checkpoint at all (random bytes, a truncated download, an empty file, a list,
+  a bare tensor, a state dict with names that are not strings: :func:`check_structure`) gives
   :class:`UnreadableCheckpointError` (one line: the file, that it is not a readable checkpoint,
   why).
 
 A checkpoint that does not fit the model it is loaded into (few of the weights it is meant to fill
-filled, or tensors of another shape) gives :class:`MismatchedCheckpointError` (one line:
+filled, or tensors of another shape; in a complete load, :func:`complete_loads`, a weight missing
+or a tensor of another network) gives :class:`MismatchedCheckpointError` (one line:
 :func:`check_loaded`, called by mmengine's ``load_state_dict`` as :mod:`mmdcs.utils.compat`
 patches it), unless ``allow_partial_checkpoint = True``.
 
@@ -173,11 +178,6 @@ def runner_config_flag(key: str) -> bool:
                 return False
         frame = frame.f_back
     return False
-
-
-def sha256_of(data_or_path: Union[bytes, str]) -> str:
-    """The hex sha256 of bytes, or of a file's content."""
-    return _digest(hashlib.sha256(), data_or_path)
 
 
 def _digest(h, data_or_path: Union[bytes, str]) -> str:

@@ -7,11 +7,14 @@ calls ``torch.load`` without the argument when it reads a local checkpoint (``--
 every file with ``weights_only=False`` (which lets a downloaded file run code), we register
 :func:`mmdcs.utils.checkpoint.load_checkpoint_file` for local paths: weights-only loading with
 an allowlist of the exact data types mmengine checkpoints hold, safetensors files, and one-line
-errors for a refused or unreadable file (see that module). URLs (``http(s)://``, and
-``torchvision://`` etc., which resolve to one) are downloaded as before and then loaded the same
-way. The message hub's ``HistoryBuffer`` is made to pickle its data only
-(:func:`patch_history_buffer_pickling`), so that the training checkpoints mmdcs writes load
-weights-only.
+errors for a refused or unreadable file (see that module). Every other scheme mmengine's
+``CheckpointLoader`` knows is re-registered (:data:`SCHEMES`): URLs (``http(s)://``, and
+``torchvision://``, ``open-mmlab://``, ``mmcls://``, which resolve to one or, for open-mmlab, to a
+local file under ``$MMENGINE_HOME``) are downloaded as before and then loaded the same way;
+``pavi://``, ``s3://`` / ``petrel://`` and a scheme registered by anything else are refused in one
+line (their loaders would unpickle the file without the checks). The message hub's
+``HistoryBuffer`` is made to pickle its data only (:func:`patch_history_buffer_pickling`), so
+that the training checkpoints mmdcs writes load weights-only.
 
 Two more patches of mmengine's checkpoint handling, for every Runner (mmdcs's tools and mmdet's /
 mmseg's own): its ``load_state_dict`` (every load of a checkpoint into a module: ``load_from``,
@@ -19,8 +22,10 @@ mmseg's own): its ``load_state_dict`` (every load of a checkpoint into a module:
 few of the weights it is meant to fill or fills them with tensors of another shape
 (:func:`mmdcs.utils.checkpoint.check_loaded`), where mmengine only logs a warning; its
 ``save_checkpoint`` and ``CheckpointHook``'s ``last_checkpoint`` write atomically and never through
-a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's sha256 is recorded in the directory's
-manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a ``--resume`` trusts.
+a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's tag is recorded in the directory's
+manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which train.py's ``--resume`` trusts;
+the Runner's other files never go through a planted link either (:func:`patch_mmengine_run_files`:
+the config dump, the run's log directory).
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -105,7 +110,8 @@ def _load_from_openmmlab(filename, map_location=None):
     if osp.exists(user_list):
         urls.update(read_json(user_list, UnreadableCheckpointError, 'model list'))
     scheme, name = filename.split('://', 1)
-    name = deprecated.get(name, name) if isinstance(deprecated.get(name), str) else name
+    if isinstance(deprecated.get(name), str):  # an old name of the model
+        name = deprecated[name]
     url = _zoo_url(f'{scheme}://{name}', urls, f'the OpenMMLab model list (and {user_list})')
     if url.startswith(('http://', 'https://')):
         return _load_from_http(url, map_location)
@@ -184,9 +190,11 @@ def _load_state_dict(module, state_dict, strict=False, logger=None):
     """mmengine 0.10.7's ``load_state_dict`` (the one every load of a checkpoint into a module
     goes through: ``load_from``, ``--resume``, ``tools/test.py``, ``init_cfg`` Pretrained), plus
     :func:`mmdcs.utils.checkpoint.check_loaded`: a non-strict load that fills few of the weights
-    it is meant to fill, or fills some with tensors of another shape, is refused in one line
-    instead of a warning in the log. ``strict=True`` raises mmengine's ``RuntimeError`` as
-    before."""
+    it is meant to fill, or fills some with tensors of another shape (in a complete load: leaves
+    one out, or brings another network's), is refused in one line instead of a warning in the
+    log, the state the model's kind keeps of a search aside
+    (:func:`mmdcs.selection.search_state_keys`). ``strict=True`` raises mmengine's
+    ``RuntimeError`` as before."""
     import logging
 
     from mmengine.dist import get_dist_info
@@ -253,7 +261,7 @@ def _IncompatibleKeys(missing, unexpected):
 
 def _save_checkpoint(checkpoint, filename, file_client_args=None, backend_args=None):
     """mmengine's ``save_checkpoint`` for a local file: written atomically, never through a
-    symlink (:func:`mmdcs.utils.files.atomic_write`), and its sha256 recorded in the directory's
+    symlink (:func:`mmdcs.utils.files.atomic_write`), and its tag recorded in the directory's
     manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a later ``--resume`` of
     the file trusts. Other destinations (``s3://`` ..., custom backends) as mmengine does."""
     import io

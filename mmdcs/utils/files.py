@@ -10,9 +10,9 @@ the new one, never half a file. The file mode is ``0o666`` less the process's um
 several files (:mod:`mmdcs.apis.outputs`).
 
 Temporaries are hidden and name their owner: ``.NAME.tmp-PID@HOST-RANDOM.EXT`` (a directory:
-``.mmdcs.tmp-PID@HOST-RANDOM``; ``HOST``: 8 hex digits of the host name's sha256). A write that
-fails, or is interrupted by Ctrl-C or a SIGTERM (the tools turn it into an exit that runs the
-clean-ups, :func:`mmdcs.apis.launch.user_errors`), removes its temporary. One that cannot clean
+``.mmdcs.tmp-PID@HOST-RANDOM``; ``HOST``: 8 hex digits of the host name's sha256). A write
+that fails, or is interrupted by Ctrl-C or a SIGTERM (the tools turn it into an exit that runs
+the clean-ups, :func:`mmdcs.apis.launch.run_program`), removes its temporary. One that cannot clean
 up (SIGKILL, a power cut) leaves it behind; the next temporary made in the same directory
 removes such leftovers (:func:`sweep_stale_temps`): only names of this pattern, only entries of
 the current user, only those whose process is gone (same host, the pid no longer running).
