@@ -52,8 +52,9 @@ def read_json(path: str, error: Type[Exception] = ValueError, what: str = 'JSON'
     except _Refused as e:
         raise refuse(str(e)) from None
     except json.JSONDecodeError as e:
-        raise refuse(f'{e.msg} at line {e.lineno} column {e.colno}'
-                     + (': the file is empty' if not text.strip() else '')) from None
+        raise refuse('the file is empty' if not text.strip() else
+                     f'corrupt or truncated JSON: {e.msg} at line {e.lineno} column {e.colno}') \
+            from None
     except RecursionError:
         raise refuse('nested too deeply') from None
     except ValueError as e:  # e.g. an integer of more digits than Python converts

@@ -10,12 +10,13 @@ the new one, never half a file. The file mode is ``0o666`` less the process's um
 several files (:mod:`mmdcs.apis.outputs`).
 
 Temporaries are hidden and name their owner: ``.NAME.tmp-PID@HOST-RANDOM.EXT`` (a directory:
-``.mmdcs.tmp-PID@HOST-RANDOM``; ``HOST``: 8 hex digits of the host name's sha256). A write
-that fails, or is interrupted by Ctrl-C or a SIGTERM (the tools turn it into an exit that runs
-the clean-ups, :func:`mmdcs.apis.launch.run_program`), removes its temporary. One that cannot clean
-up (SIGKILL, a power cut) leaves it behind; the next temporary made in the same directory
-removes such leftovers (:func:`sweep_stale_temps`): only names of this pattern, only entries of
-the current user, only those whose process is gone (same host, the pid no longer running).
+``.mmdcs.tmp-PID@HOST-RANDOM``; ``HOST``: 8 hex digits naming the host and its pid namespace).
+A write that fails, or is interrupted by Ctrl-C or a SIGTERM (the tools turn it into an exit
+that runs the clean-ups, :func:`mmdcs.apis.launch.run_program`), removes its temporary. One that
+cannot clean up (SIGKILL, a power cut) leaves it behind; the next temporary made in the same
+directory removes such leftovers (:func:`sweep_stale_temps`): only names of this pattern, only
+entries of the current user, only those whose process is gone (same host and pid namespace, the
+pid no longer running).
 
 Whether an existing target may be replaced is the caller's decision (the tools refuse without
 ``--force``: :mod:`mmdcs.apis.outputs`, built on this; a training run replaces its own
@@ -48,7 +49,14 @@ _TEMP_NAME = re.compile(r'^\..+\.tmp-(?P<pid>\d+)@(?P<host>[0-9a-f]{8})-[0-9a-f]
 
 
 def _host() -> str:
-    return hashlib.sha256(socket.gethostname().encode('utf-8', 'replace')).hexdigest()[:8]
+    """8 hex digits naming where a pid is meaningful: the host and its pid namespace (two
+    containers of one host may share the host name, never a pid namespace)."""
+    try:
+        namespace = str(os.stat('/proc/self/ns/pid').st_ino)
+    except OSError:  # not Linux
+        namespace = ''
+    where = f'{socket.gethostname()}/{namespace}'.encode('utf-8', 'replace')
+    return hashlib.sha256(where).hexdigest()[:8]
 
 
 def _temp_name(directory: str, stem: str, ext: str = '') -> str:
