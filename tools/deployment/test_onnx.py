@@ -66,15 +66,15 @@ def compare(metrics: dict) -> list:
 
 
 def run(args) -> dict:
-    from mmdcs.apis.deploy import (evaluate_pair, model_kind, read_metadata, read_onnx,
-                                   set_export_mode_)
+    from mmdcs.apis.deploy import evaluate_pair, model_kind, read_metadata, set_export_mode_
     from mmdcs.apis.launch import check_data_paths
     from mmdcs.apis.subnet_io import (build_model, load_model_checkpoint, load_task_config,
                                        require_checkpoint)
     check_output_file(args.json, '--json')
     refuse_overwrite([args.json], args.force)
     require_checkpoint(args.config, args.checkpoint)
-    read_onnx(args.onnx)  # a missing or broken file: one line, before the model is built
+    if not osp.isfile(args.onnx):
+        raise UserError(f'ONNX file not found: {args.onnx}')
     cfg, scope = load_task_config(args.config, args.cfg_options)
     set_checkpoint_trust(args, cfg)
     check_data_paths(cfg, ('test_dataloader', ))
@@ -82,6 +82,7 @@ def run(args) -> dict:
     load_model_checkpoint(model, args.checkpoint)
     set_export_mode_(model)
     kind = model_kind(model)
+    # the one reader of ONNX files: a broken file is one line
     exported = read_metadata(args.onnx).get('mmdcs.kind')
     if kind not in ('detector', 'segmentor'):
         raise UserError(f'{args.config}: a {kind}; this tool evaluates detectors and '
