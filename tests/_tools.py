@@ -67,8 +67,11 @@ CXX_ABORT = 'terminate called'
 
 def dist_env(port: int) -> dict:
     """A minimal environment for a 2-rank CPU run of ``tools/dist_*.sh`` on master ``port``."""
-    return {'PATH': f'{osp.dirname(sys.executable)}:/usr/bin:/bin', 'OMP_NUM_THREADS': '1',
-            'HOME': osp.expanduser('~'), 'PORT': str(port)}
+    env = {'PATH': f'{osp.dirname(sys.executable)}:/usr/bin:/bin', 'OMP_NUM_THREADS': '1',
+           'HOME': osp.expanduser('~'), 'PORT': str(port)}
+    if os.environ.get('MMDCS_CONFIG_DIR'):  # the test session's checkpoint key, not the user's
+        env['MMDCS_CONFIG_DIR'] = os.environ['MMDCS_CONFIG_DIR']
+    return env
 
 
 def run_dist_train(args, port: int, timeout: int = 600):

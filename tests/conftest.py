@@ -7,10 +7,25 @@ import sys
 import pytest
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+#: mmdcs.utils.checkpoint.KEY_DIR_ENV: where the user's manifest key is kept
+KEY_DIR_ENV = 'MMDCS_CONFIG_DIR'
 
 # tests run two at a time on two cores: one thread each
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 os.environ.setdefault('MKL_NUM_THREADS', '1')
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _private_checkpoint_key(tmp_path_factory):
+    """The key of the checkpoint manifests (mmdcs.utils.checkpoint.key_path) in a directory of
+    the test session, never the user's own (tools the tests start inherit it)."""
+    saved = os.environ.get(KEY_DIR_ENV)
+    os.environ[KEY_DIR_ENV] = str(tmp_path_factory.mktemp('mmdcs-config'))
+    yield
+    if saved is None:
+        os.environ.pop(KEY_DIR_ENV, None)
+    else:
+        os.environ[KEY_DIR_ENV] = saved
 
 
 @pytest.fixture(scope='session')

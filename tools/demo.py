@@ -54,7 +54,7 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
-                               positive_int, user_errors)
+                               positive_int, run_program, user_errors)
 from mmdcs.analysis.plots import last_validation  # noqa: E402
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
@@ -669,4 +669,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

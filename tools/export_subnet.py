@@ -43,7 +43,6 @@ table's identity. The ranking methods (``--method``) are the scorers of
 This script only parses and prints: the export is one call,
 :func:`mmdcs.apis.export.export_subnet`.
 """
-import json
 import os.path as osp
 import sys
 
@@ -53,8 +52,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
-                               non_negative_float, non_negative_int, positive_int,
-                               positive_size, set_checkpoint_trust, user_errors)
+                               non_negative_float, non_negative_int, positive_int, positive_size,
+                               run_program, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument
 from mmdcs.selection.budget import LATENCY_REFINE, LATENCY_TOLERANCE
 from mmdcs.selection.importance import SCORERS, widths_of
@@ -155,11 +154,7 @@ def export(args):
     if widths_from:
         if args.method != 'random':
             raise UserError('--widths-from is for --method random')
-        try:
-            with open(widths_from) as f:
-                options['widths'] = widths_of(json.load(f))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise UserError(f'--widths-from {widths_from}: not a readable subnet.json ({e})')
+        options['widths'] = widths_of(widths_from)  # a bad file: one line (SubnetError)
     result = export_subnet(
         args.config, args.checkpoint, args.out, method=args.method, target=target,
         cost_options=dict(latency_table=table) if latency else None,
@@ -194,4 +189,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -25,7 +25,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_size,
-                               set_checkpoint_trust, user_errors)
+                               run_program, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
                                 refuse_overwrite)
 
@@ -76,14 +76,15 @@ def _compact(args, cfg, scope, model, backbone, arch, meta, ckpt, arch_tmp, ckpt
     import mmdcs
     from mmdcs.analysis.complexity import count_flops, count_params
     from mmdcs.apis.subnet_io import build_model, save_pruned_checkpoint
+    from mmdcs.selection import in_search_state, search_state_keys
     compact = build_model(compact_model_cfg(cfg.model, arch_tmp), scope)
     prefix = 'backbone.'
+    searched = search_state_keys(model)  # the search's state is not the compact network's
     state = {prefix + k: v for k, v in backbone.compact_state_dict().items()}
     state.update({k: v for k, v in model.state_dict().items()
-                  if not k.startswith((prefix, 'decoder.')) and k not in ('keep_ratio',
-                                                                          'search_done')})
+                  if not k.startswith(prefix) and not in_search_state(k, searched)})
     missing, unexpected = compact.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k not in ('keep_ratio', 'search_done')]  # its own state
+    missing = [k for k in missing if not in_search_state(k, searched)]  # its own state
     if missing or unexpected:
         raise UserError(f'internal: the fused weights do not fit the compact network (missing '
                         f'{missing[:5]}, unexpected {unexpected[:5]})')
@@ -217,4 +218,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

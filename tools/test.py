@@ -18,11 +18,10 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import ConfigDict
 
-from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                                build_runner, check_data_paths, load_config, prepare_task,
-                                process_group_scope, run_program, set_checkpoint_trust,
-                                set_work_dir, setup_cpu_distributed, user_errors,
-                                watch_new_paths)
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag, build_runner,
+                               check_data_paths, load_config, prepare_task, process_group_scope,
+                               run_program, set_checkpoint_trust, set_work_dir,
+                               setup_cpu_distributed, user_errors, watch_new_paths)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
                                 check_output_file, refuse_overwrite, write_json)
 
@@ -87,12 +86,17 @@ def merge_args(cfg, args, scope):
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     # CHECKPOINT is what is evaluated, whatever the options say (e.g. the `load_from` of a
-    # fine-tuning run's options, reused here: it names the weights training started from)
+    # fine-tuning run's options, reused here: it names the weights training started from), and
+    # loaded as weights: a test resumes nothing
     given = (args.cfg_options or {}).get('load_from', None)
     if given is not None and given != args.checkpoint:
         print(f'note: --cfg-options load_from={given} is ignored: tools/test.py evaluates '
               f'{args.checkpoint}', file=sys.stderr)
+    if cfg.get('resume', False):
+        print('note: resume is ignored: tools/test.py loads the weights of '
+              f'{args.checkpoint} and resumes nothing', file=sys.stderr)
     cfg.load_from = args.checkpoint
+    cfg.resume = False
     return cfg
 
 

@@ -18,11 +18,10 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmengine.config import ConfigDict
 
-from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                                build_runner, check_data_paths, check_schedule, enable_amp,
-                                load_config, prepare_task, process_group_scope, run_program,
-                                set_checkpoint_trust, set_work_dir, setup_cpu_distributed,
-                                user_errors, watch_new_paths)
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag, build_runner,
+                               check_data_paths, check_schedule, enable_amp, load_config,
+                               prepare_task, process_group_scope, run_program, set_checkpoint_trust,
+                               set_work_dir, setup_cpu_distributed, user_errors, watch_new_paths)
 from mmdcs.apis.outputs import check_output_dir
 
 
@@ -104,7 +103,7 @@ def main(argv=None):
         cfg = load_config(args.config)
         prepare_task(cfg)
         cfg = merge_args(cfg, args)
-        set_checkpoint_trust(args, cfg)
+        set_checkpoint_trust(args, cfg, resume=True)
         # pre-flight: nothing is created before these pass, and a run refused later (a value
         # a constructor refuses, a checkpoint) removes the work dir / log it created
         check_output_dir(cfg.work_dir, 'work_dir (--work-dir or the config\'s work_dir)')

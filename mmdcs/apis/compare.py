@@ -39,10 +39,12 @@ from mmdcs.analysis.latency_table import (_units, clock_timer, default_clock, lo
                                           pruned_copy)
 from mmdcs.analysis.plots import last_validation
 from mmdcs.models.counting import distinct_halves
-from mmdcs.selection import file_sha256
+from mmdcs.selection import SubnetSpec, file_sha256
 from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError
 from mmdcs.selection.importance import widths_of
+from mmdcs.selection.jsonio import read_json
 from mmdcs.selection.latency_cost import LatencyCost, selection_options
+from mmdcs.utils.files import open_log
 from .export import export_subnet, train_batches
 from .launch import UserError
 from .latency_io import config_backbones, measure_table, table_file_name
@@ -550,8 +552,7 @@ def read_results(path: str, what: str = '') -> dict:
     """The content of a results.json (a dict of this :data:`RESULTS_VERSION`); anything else
     is one :class:`UserError` line (prefixed with ``what``)."""
     try:
-        with open(path) as f:
-            data = json.load(f)
+        data = read_json(path, what='results')
     except (OSError, ValueError) as e:
         raise UserError(f'{what}{path} is not a results file of compare_methods.py: {e}')
     if not isinstance(data, dict) or data.get('version') != RESULTS_VERSION:
@@ -680,8 +681,7 @@ class Runner:
             if self.train_images else []) + self.extra
 
     def _call(self, cmd: List[str], log_path: str) -> None:
-        os.makedirs(osp.dirname(log_path), exist_ok=True)
-        with open(log_path, 'w') as log:
+        with open_log(log_path) as log:
             proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         if proc.returncode != 0:
             with open(log_path) as f:
@@ -714,8 +714,7 @@ class Runner:
         if not osp.exists(subnet):
             options: Dict[str, object] = dict(seed=int(seed))
             if widths_from:
-                with open(widths_from) as f:
-                    options['widths'] = widths_of(json.load(f))
+                options['widths'] = widths_of(widths_from)
             kw: Dict[str, object] = dict(target=('flops', float(budget)))
             if self.tables is not None:
                 path, _ = self.tables.get(model, kind or table_kind(method))
@@ -728,15 +727,13 @@ class Runner:
                           latency_tolerance=None,
                           multiple_of=(self.uniform_multiple_of() if method == 'uniform'
                                        else self.tables.multiple_of))
-            os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)
-            with open(out + '.log', 'w') as log, contextlib.redirect_stdout(log):
+            with open_log(out + '.log') as log, contextlib.redirect_stdout(log):
                 result = export_subnet(osp.join(ROOT, config), osp.join(ROOT, checkpoint), out,
                                        method=method, cfg_options=cfg_options,
                                        batches=train_batches(4, seed=int(seed)),
                                        scorer_options=options, **kw)
                 log.write('\n'.join(result.lines + result.warnings) + '\n')
-        with open(subnet) as f:
-            return json.load(f)
+        return SubnetSpec.load(subnet).to_dict()
 
     @staticmethod
     def uniform_multiple_of() -> int:

@@ -333,10 +333,34 @@ def export_onnx(wrapper: ExportWrapper, example: torch.Tensor, path: str,
                 seconds=time.perf_counter() - t0)
 
 
+def read_onnx(path: str):
+    """The ONNX model in the file ``path`` (its external data not loaded), checked by onnx's
+    checker: the one reader of the ONNX files a user gives (``benchmark_onnx.py``,
+    ``test_onnx.py``, :func:`ort_session`). A missing, empty, truncated or random file, or one
+    that is not a valid model, is one :class:`~mmdcs.apis.launch.UserError` line naming it."""
+    import onnx
+    if not osp.isfile(path):
+        raise UserError(f'ONNX file not found: {path}')
+    if osp.getsize(path) == 0:
+        raise UserError(f'{path} is not an ONNX model: the file is empty')
+    try:
+        model = onnx.load(path, load_external_data=False)
+        onnx.checker.check_model(model)
+    except Exception as e:  # noqa: BLE001  (protobuf's DecodeError, the checker's errors ...)
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()),
+                     type(e).__name__)
+        raise UserError(f'{path} is not a valid ONNX model (truncated, damaged or another kind '
+                        f'of file: {first[:200]})') from None
+    if not model.graph.input or not model.graph.output:
+        raise UserError(f'{path} is not a usable ONNX model: its graph has no inputs or outputs')
+    return model
+
+
 def ort_session(path: str, threads: Optional[int] = None, optimize: bool = True):
     """An onnxruntime CPU session (``threads`` intra-op threads; None: onnxruntime's default,
-    all cores)."""
+    all cores) of the model in ``path`` (:func:`read_onnx` checks the file first)."""
     import onnxruntime as ort
+    read_onnx(path)
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = int(threads)
@@ -344,13 +368,17 @@ def ort_session(path: str, threads: Optional[int] = None, optimize: bool = True)
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = 3
-    return ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+    try:
+        return ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+    except Exception as e:  # noqa: BLE001  (onnxruntime's InvalidGraph, NotImplemented ...)
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()),
+                     type(e).__name__)
+        raise UserError(f'{path}: onnxruntime cannot run this model ({first[:200]})') from None
 
 
 def read_metadata(path_or_session) -> Dict[str, str]:
     if isinstance(path_or_session, str):
-        import onnx
-        model = onnx.load(path_or_session, load_external_data=False)
+        model = read_onnx(path_or_session)
         return {p.key: p.value for p in model.metadata_props}
     return dict(path_or_session.get_modelmeta().custom_metadata_map)
 
@@ -585,7 +613,7 @@ def onnx_macs(path: str, batch: int = 1) -> Dict[str, int]:
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
-    model = onnx.load(path)
+    model = read_onnx(path)
     g = model.graph
     consts = {i.name: tuple(i.dims) for i in g.initializer}
     for n in g.node:

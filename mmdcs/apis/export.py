@@ -27,7 +27,8 @@ from mmdcs.analysis import complexity
 from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import time_models
 from mmdcs.analysis.latency_table import CLOCKS, clock_timer, device_name
-from mmdcs.selection import file_sha256, prunable_modules
+from mmdcs.selection import (architecture_state_keys, file_sha256, in_search_state,
+                             prunable_modules, search_state_keys)
 from mmdcs.selection.budget import (LATENCY_TOLERANCE, REFINE_TOLERANCE, BudgetError,
                                     budget_subnet, build_cost, refine_to_target)
 from mmdcs.selection.importance import get_scorer, scorer_names, widths_subnet
@@ -92,19 +93,30 @@ def magnitude_supernet_cfg(model_cfg) -> None:
 
 
 def load_baseline_checkpoint(model: nn.Module, checkpoint: str) -> dict:
-    """Load a baseline (or supernet) checkpoint into a supernet: the selection parameters a
-    baseline lacks may be missing; nothing else."""
+    """Load a baseline (or supernet) checkpoint into a supernet (a scorer that reads weights,
+    e.g. magnitude): the architecture parameters a baseline lacks may be missing, the state a
+    search keeps beside its network (a search checkpoint's ``cost_mu``) may be there — both
+    found from the model's kind (:func:`~mmdcs.selection.architecture_state_keys`,
+    :func:`~mmdcs.selection.search_state_keys`); any other missing or unexpected tensor (a
+    checkpoint of another model) is refused in one line."""
     from mmengine.runner.checkpoint import _load_checkpoint
     ckpt = _load_checkpoint(checkpoint, map_location='cpu')
-    state = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else ckpt
+    state = ckpt.get('state_dict', ckpt)
     state = {k[7:] if k.startswith('module.') else k: v for k, v in state.items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    selection = ('.qk_select.', '.select.', '.hidden_select.', '.head_select.', 'gate.tau')
-    missing = [k for k in missing if not any(s in f'.{k}' for s in selection)]
+    searched = search_state_keys(model)
+    state = {k: v for k, v in state.items() if not in_search_state(k, searched)}
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # torch: tensors of another shape
+        shape = next((ln.strip() for ln in str(e).splitlines() if 'size mismatch' in ln), str(e))
+        raise UserError(f'{checkpoint} does not fit the config\'s model: {shape[:300]}') \
+            from None
+    optional = architecture_state_keys(model)
+    missing = [k for k in missing if k not in optional and not in_search_state(k, searched)]
     if missing or unexpected:
         raise UserError(f'{checkpoint} does not fit the config\'s model: missing keys '
                         f'{missing[:5]}, unexpected keys {unexpected[:5]}')
-    return ckpt if isinstance(ckpt, dict) else {}
+    return ckpt
 
 
 def require_pruned(model: nn.Module):

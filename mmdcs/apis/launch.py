@@ -13,7 +13,9 @@ import os
 import os.path as osp
 import re
 import shutil
+import signal
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, List, Optional, Tuple
 
@@ -143,8 +145,8 @@ _LOADED_CONFIG: List[Any] = [None]
 
 
 def load_config(path: str, cfg_options: Optional[dict] = None):
-    """Load a config file, failing with a clear message when the path is wrong."""
-    from mmengine.config import Config
+    """Load a config file (:func:`read_config`), failing with a clear message when the path is
+    wrong."""
     if not osp.isfile(path):
         here = osp.abspath(path)
         hint = ''
@@ -157,11 +159,29 @@ def load_config(path: str, cfg_options: Optional[dict] = None):
                 hint = f' Did you mean: {", ".join(matches[:3])}?'
         raise UserError(f'config file not found: {path} (looked at {here}). mmdcs configs are '
                         f'under configs/, e.g. configs/demo/.{hint}')
-    cfg = Config.fromfile(path)
+    cfg = read_config(path)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     _LOADED_CONFIG[0] = cfg
     return cfg
+
+
+def read_config(path: str):
+    """mmengine's ``Config.fromfile(path)`` (a Python, JSON or YAML config and its bases): the
+    one reader of config files. A file it cannot read — a syntax error, broken JSON or YAML,
+    bytes that are not UTF-8, a Python config that fails when run — is one :class:`UserError`
+    line naming the file (a missing base file: ``FileNotFoundError``, one line too)."""
+    from mmengine.config import Config
+    try:
+        return Config.fromfile(path)
+    except (FileNotFoundError, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001  (SyntaxError, JSONDecodeError, YAMLError, ...)
+        if _debugging():
+            raise
+        text = ' '.join(str(e).split()) or type(e).__name__
+        raise UserError(f'{path}: not a config mmengine can read ({type(e).__name__}: '
+                        f'{text[:300]})') from None
 
 
 def prepare_task(cfg) -> str:
@@ -411,9 +431,11 @@ def process_group_scope() -> Iterator[None]:
 
 
 def run_program(main) -> None:
-    """``main()`` of a tool run as a program (``if __name__ == '__main__'``). A process that
-    ran a process group (:func:`process_group_scope`) then leaves with ``os._exit`` (exit code
-    kept, output flushed, a traceback printed first) instead of the interpreter's shutdown.
+    """``main()`` of a tool run as a program (``if __name__ == '__main__'``: every tool), with
+    SIGTERM ending it as Ctrl-C does, through its clean-ups (:func:`terminate_as_exit`). A
+    process that ran a process group (:func:`process_group_scope`) then leaves with
+    ``os._exit`` (exit code kept, output flushed, a traceback printed first) instead of the
+    interpreter's shutdown.
 
     Why: a DDP rank on gloo (CPU) ended by the interpreter's shutdown was aborted now and then
     by libstdc++ (``terminate called without an active exception``, exit -6): 2 runs in 10 of
@@ -429,7 +451,8 @@ def run_program(main) -> None:
     closes its log files and visualizer in ``after_run`` and registers no atexit handler;
     logging and stdio are flushed here."""
     try:
-        main()
+        with terminate_as_exit():
+            main()
     except SystemExit as e:
         if not _RAN_PROCESS_GROUP[0]:
             raise
@@ -512,19 +535,22 @@ def add_trust_flag(parser) -> None:
                         '(unpickling such a file can run code: only for files you trust)')
 
 
-def set_checkpoint_trust(args, cfg=None, complete: bool = False) -> None:
+def set_checkpoint_trust(args, cfg=None, complete: bool = False, resume: bool = False) -> None:
     """Which checkpoints may fall back to the unsafe loader (see mmdcs.utils.checkpoint):
-    all of them with ``--trust-checkpoint`` or ``trust_checkpoint = True`` in the config; for a
-    resumed run (``cfg.resume``) the checkpoints that a run recorded in its work dir's digest
-    manifest when it saved them. ``allow_partial_checkpoint = True`` in the config lets a load
+    all of them with ``--trust-checkpoint`` or ``trust_checkpoint = True`` in the config; for
+    the run ``tools/train.py`` resumes (``resume=True``, and ``cfg.resume`` set) the
+    checkpoints a run of this user recorded in its work dir's manifest when it saved them, and
+    only those lying directly in that work dir (no other tool trusts the manifest, whatever
+    its config's ``resume`` says). ``allow_partial_checkpoint = True`` in the config lets a load
     fill part of the weights it is meant to fill; ``complete`` (tools/test.py): a checkpoint
-    loaded into the whole model must fill all of it. Setting it tells the checkpoint loader
+    loaded into the whole model must fit all of it. Setting it tells the checkpoint loader
     that an mmdcs tool is in charge: a refusal names the tool's flag (otherwise, e.g. under
     mmdet's own tools/train.py, the config key). Reset when :func:`user_errors` exits."""
     in_cfg = bool(cfg.get(TRUST_KEY, False)) if cfg is not None else False
     hint = f'{TRUST_FLAG} (or {TRUST_KEY}=True in the config)' if cfg is not None else \
         TRUST_FLAG
-    resume_dir = cfg.get('work_dir', None) if cfg is not None and cfg.get('resume') else None
+    resume_dir = cfg.get('work_dir', None) if resume and cfg is not None and cfg.get(
+        'resume') else None
     partial = bool(cfg.get(PARTIAL_KEY, False)) if cfg is not None else False
     trust_checkpoints(all=bool(getattr(args, 'trust_checkpoint', False)) or in_cfg,
                       dirs=[resume_dir] if resume_dir else [], hint=hint, partial=partial,
@@ -755,6 +781,34 @@ def user_errors() -> Iterator[None]:
         del _WATCHED[watched:]
         if not _WATCHED:
             _MANAGED_BEFORE.clear()
+
+
+class Terminated(SystemExit):
+    """The process received SIGTERM (exit code 128 + 15, as a shell reports it)."""
+
+
+@contextmanager
+def terminate_as_exit() -> Iterator[None]:
+    """While the block runs (a tool run as a program: :func:`run_program`), SIGTERM — what
+    ``kill``, a batch scheduler or ``torchrun`` send to stop a process — raises
+    :class:`Terminated` (a ``SystemExit``) where the program is, so that it ends as Ctrl-C
+    ends it: every ``finally`` and clean-up runs (a result's or checkpoint's temporary file or
+    directory is removed, :mod:`mmdcs.utils.files`), instead of the process vanishing with its
+    partial files. A second SIGTERM ends it at once. The previous handler is restored on exit
+    (only the main thread can set one; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _debugging() -> bool:

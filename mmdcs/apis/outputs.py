@@ -10,8 +10,9 @@ half-written, with the permissions the user's umask gives.
   unless ``--force`` (:func:`add_force_argument`);
 * :func:`atomic_outputs` — the files are written under their own names in a private temporary
   directory (mode 0700) beside them and moved into place (:func:`place_file`) only when
-  everything has been written: an interrupted or failed tool leaves the earlier files untouched
-  and no half file; the temporary directory is removed;
+  everything has been written: an interrupted (Ctrl-C, SIGTERM) or failed tool leaves the
+  earlier files untouched and no half file; the temporary directory is removed (one left by a
+  killed process is removed by the next one made there: :mod:`mmdcs.utils.files`);
 * :func:`staged_directory` — the same for a tool that writes several files into a directory
   (figures, tables);
 * :func:`write_text`, :func:`write_json` — one text file that way; :func:`write_texts` —
@@ -31,11 +32,10 @@ import json
 import os
 import os.path as osp
 import shutil
-import tempfile
 from contextlib import contextmanager
 from typing import Dict, Iterable, Iterator, List, Optional
 
-from mmdcs.utils.files import current_umask, place
+from mmdcs.utils.files import current_umask, new_temp_dir, place
 
 from .launch import UserError
 
@@ -43,8 +43,9 @@ __all__ = ['add_force_argument', 'refuse_overwrite', 'atomic_outputs', 'staged_d
            'write_text', 'write_json', 'write_texts', 'check_output_file', 'check_output_dir',
            'place_file', 'current_umask']
 
-#: prefix of the private temporary directories (hidden, beside the results)
-TEMP_PREFIX = '.mmdcs-tmp-'
+#: in the name of every private temporary directory (hidden, beside the results:
+#: :func:`mmdcs.utils.files.new_temp_dir`)
+TEMP_MARK = '.tmp-'
 
 
 def add_force_argument(parser) -> None:
@@ -103,7 +104,7 @@ def _cannot_write(path: str, e: OSError) -> UserError:
     reason = e.strerror or str(e)
     return UserError(f'cannot write {path}: {reason}'
                      + (f' ({e.filename})' if e.filename and osp.abspath(str(e.filename)) !=
-                        osp.abspath(path) and TEMP_PREFIX not in str(e.filename) else ''))
+                        osp.abspath(path) and TEMP_MARK not in str(e.filename) else ''))
 
 
 def place_file(tmp: str, path: str, force: bool = False) -> None:
@@ -125,8 +126,7 @@ def place_file(tmp: str, path: str, force: bool = False) -> None:
 
 def _temp_dir(parent: str, for_path: str) -> str:
     try:
-        os.makedirs(parent, exist_ok=True)
-        return tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=parent)
+        return new_temp_dir(parent)
     except OSError as e:
         raise _cannot_write(for_path, e) from e
 

@@ -15,14 +15,11 @@ import torch.nn as nn
 
 from mmdcs.analysis.complexity import nominal_input_size
 from mmdcs.models.backbones import SelectableBackbone
-from mmdcs.selection import SubnetSpec, prune_state_dict
-from mmdcs.utils.checkpoint import save_weights
+from mmdcs.selection import SubnetSpec, in_search_state, prune_state_dict, search_state_keys
+from mmdcs.utils.checkpoint import complete_loads, save_weights
 from .launch import UserError, load_config, prepare_task
 
 Size = Tuple[int, int]
-
-#: state-dict keys of a search's state, not of the network (ChannelSelectionClassifier.cost_mu)
-SEARCH_STATE_KEYS = ('cost_mu', )
 
 #: the message for a model without architecture parameters
 NOT_A_SUPERNET = ('has no architecture parameters: a baseline or an already pruned backbone '
@@ -106,17 +103,16 @@ def require_checkpoint(config: str, checkpoint: str) -> None:
 
 
 def load_model_checkpoint(model: nn.Module, checkpoint: str) -> dict:
-    """Load a checkpoint (mmengine's ``load_checkpoint``, strict) into ``model``; a clear
-    :class:`UserError` when it is missing or does not fit. Returns the checkpoint dict."""
+    """Load a checkpoint (mmengine's ``load_checkpoint``) into ``model`` as ``tools/test.py``
+    loads it: it must fit completely (:func:`mmdcs.utils.checkpoint.complete_loads`: every
+    weight, no tensor of another network; a search's own state such as ``cost_mu`` may be
+    there or not), else one line naming the file (``MismatchedCheckpointError``). Returns the
+    checkpoint dict."""
     from mmengine.runner import load_checkpoint
     if not osp.isfile(checkpoint):
         raise UserError(f'checkpoint not found: {checkpoint}')
-    try:
-        ckpt = load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
-    except RuntimeError as e:
-        msg = str(e).strip().splitlines()
-        raise UserError(f'{checkpoint} does not fit the config\'s model: '
-                        f'{" ".join(msg[:4])[:800]}') from e
+    with complete_loads():
+        ckpt = load_checkpoint(model, checkpoint, map_location='cpu', strict=False)
     return ckpt if isinstance(ckpt, dict) else {}
 
 
@@ -201,8 +197,9 @@ def pruned_model_state(model: nn.Module, spec: SubnetSpec,
 
     pruned = prune_state_dict(own, spec, build)
     # the search's state (the budget's multiplier μ) is not part of the pruned network
+    searched = search_state_keys(model)
     out = OrderedDict((k, v) for k, v in full.items()
-                      if not k.startswith(prefix) and k not in SEARCH_STATE_KEYS)
+                      if not k.startswith(prefix) and not in_search_state(k, searched))
     out.update((prefix + k, v) for k, v in pruned.items())
     return out
 

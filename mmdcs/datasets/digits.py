@@ -50,6 +50,8 @@ from numbers import Integral, Real
 import numpy as np
 from PIL import Image
 
+from mmdcs.utils.files import atomic_write
+
 __all__ = [
     'DIGIT_CLASSES', 'SEG_CLASSES', 'SEG_PALETTE', 'NUM_SOURCE_IMAGES',
     'MASK_THRESHOLD', 'load_source_digits', 'split_indices', 'render_digit',
@@ -555,12 +557,10 @@ def build_all(out_dir,
              for k, v in cls_summary.items() if k != 'root'},
         scenes={k: v
                 for k, v in scenes_summary.items() if k != 'root'})
-    # written last: its presence marks a complete build
-    with open(osp.join(out_dir, BUILD_INFO), 'w') as f:
-        json.dump(
-            dict(format_version=FORMAT_VERSION, args=args, counts=counts),
-            f,
-            indent=2)
+    # written last: its presence marks a complete build (never through a planted link)
+    atomic_write(osp.join(out_dir, BUILD_INFO),
+                 json.dumps(dict(format_version=FORMAT_VERSION, args=args, counts=counts),
+                            indent=2))
     return _full_summary(out_dir, args, counts, skipped=False)
 
 

@@ -31,6 +31,8 @@ import os.path as osp
 import random
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from mmdcs.utils.files import atomic_write
+
 __all__ = [
     'IMG_EXTENSIONS', 'SPLITS', 'imagenet_classes', 'choose_classes', 'collect_split',
     'build_imagenet_subset'
@@ -164,10 +166,7 @@ def collect_split(root: str, split: str, chosen: Sequence[str]) -> List[Tuple[st
 
 
 def _write_lines(path: str, lines: Sequence[str]) -> None:
-    tmp = f'{path}.tmp'
-    with open(tmp, 'w', encoding='utf-8') as f:
-        f.writelines(f'{line}\n' for line in lines)
-    os.replace(tmp, path)
+    atomic_write(path, ''.join(f'{line}\n' for line in lines))
 
 
 def build_imagenet_subset(imagenet: str, out: str, num_classes: int = 100,
@@ -198,7 +197,5 @@ def build_imagenet_subset(imagenet: str, out: str, num_classes: int = 100,
         num_val=len(splits['val']),
         classes=chosen,
     )
-    with open(osp.join(out, 'subset_info.json'), 'w', encoding='utf-8') as f:
-        json.dump(summary, f, indent=1)
-        f.write('\n')
+    atomic_write(osp.join(out, 'subset_info.json'), json.dumps(summary, indent=1) + '\n')
     return summary

@@ -8,6 +8,7 @@
 * :mod:`.cost` — the differentiable cost model of the search
 * :mod:`.budget` — budgets: the exact count of the pruned networks, export to a budget by a
   score per unit of cost (α, or the magnitude pruner's weight norms)
+* :mod:`.jsonio` — the one reader of the JSON files a user gives (one line for a bad file)
 """
 from .attention import DCSAttention
 from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
@@ -21,7 +22,8 @@ from .subnet import (SUBNET_FORMAT, SUBNET_FORMATS, BlockSelection, SubnetError,
                      head_prunable_modules, head_selectors, hidden_layout,
                      hidden_prunable_modules, hidden_selectors, prunable_modules,
                      prune_state_dict, selector_layout)
-from .utils import arch_parameters, gates, set_temperature
+from .utils import (architecture_state_keys, arch_parameters, gates, in_search_state,
+                    search_state_keys, set_temperature)
 
 __all__ = [
     'BinaryGumbelGate', 'ChannelSelector', 'QKChannelSelector', 'DEFAULT_GATE_INIT',
@@ -30,6 +32,7 @@ __all__ = [
     'hidden_prunable_modules', 'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError',
     'export_subnet', 'head_layout', 'head_prunable_modules', 'head_selectors',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
-    'arch_parameters', 'gates', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
+    'arch_parameters', 'architecture_state_keys', 'gates', 'in_search_state',
+    'search_state_keys', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
     'alpha_scores', 'budget_subnet', 'magnitude_scores', 'select_to_budget'
 ]

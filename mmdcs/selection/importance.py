@@ -168,11 +168,12 @@ def uniform_widths(cost, budget: float, multiple_of: int = 1,
     return (*widths(lo), lo)
 
 
-def widths_of(spec: dict) -> Tuple[Dict[str, int], Dict[str, int]]:
-    """(kept channels per block, kept hidden units per module) of a subnet (its dict, as in
-    subnet.json)."""
-    return ({b['name']: int(b['kept']) for b in spec.get('blocks', [])},
-            {b['name']: int(b['kept']) for b in spec.get('hidden', [])})
+def widths_of(spec) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """(kept channels per block, kept hidden units per module) of a subnet (a
+    :class:`~mmdcs.selection.SubnetSpec`, its dict, or the path of its subnet.json, read and
+    checked by :meth:`SubnetSpec.coerce`)."""
+    spec = SubnetSpec.coerce(spec)
+    return ({b.name: b.kept for b in spec.blocks}, {b.name: b.kept for b in spec.hidden})
 
 
 def random_scores(dims: Dict[str, int], seed: int) -> Dict[str, Tensor]:

@@ -29,7 +29,6 @@ dtype that differs from the one it is used for.
 Framework-free: plain PyTorch.
 """
 import bisect
-import json
 import math
 import os.path as osp
 import warnings
@@ -40,6 +39,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .budget import CHANNELS, HEADS, HIDDEN, BudgetError, CostBounds
+from .jsonio import read_json
 from .subnet import head_selectors, hidden_selectors, prunable_modules
 
 #: the format tag of a latency table (2: head units, ``select_heads``)
@@ -497,12 +497,7 @@ def read_table(path: str) -> dict:
     ``latency``, the table and latency tools)."""
     if not osp.isfile(str(path)):
         raise LatencyTableError(f'latency table not found: {path}')
-    try:
-        with open(path, encoding='utf-8') as f:
-            table = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LatencyTableError(f'{path}: not a valid latency table (corrupt or truncated JSON: '
-                                f'{e})') from e
+    table = read_json(path, LatencyTableError, 'latency table', expect=None)
     try:
         LatencyCost(table)
         missing = [k for k in REQUIRED_KEYS if k not in table]

@@ -32,6 +32,7 @@ from typing import Callable, Dict, List, Optional, Union
 import torch
 import torch.nn as nn
 
+from .jsonio import read_json
 from .selectors import ChannelSelector
 
 SUBNET_FORMAT = 'mmdcs.subnet/3'
@@ -120,9 +121,10 @@ class SubnetSpec:
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise SubnetError(f'{source}: {key} entry #{i} is malformed ({e!r}); each entry '
                                   'needs "name", "dim" and "keep"') from e
-            if 'kept' in b and int(b['kept']) != len(b['keep']):
-                raise SubnetError(f'{source}: {key} entry {b["name"]}: "kept" = {b["kept"]} but '
-                                  f'"keep" lists {len(b["keep"])} channels')
+            kept = b.get('kept', blocks[-1].kept)
+            if isinstance(kept, bool) or not isinstance(kept, int) or kept != blocks[-1].kept:
+                raise SubnetError(f'{source}: {key} entry {blocks[-1].name}: "kept" = {kept!r} '
+                                  f'but "keep" lists {blocks[-1].kept} channels')
         return blocks
 
     @classmethod
@@ -133,6 +135,11 @@ class SubnetSpec:
         for key in ('family', 'arch', 'variant', 'blocks'):
             if key not in d:
                 raise SubnetError(f'{source}: missing key {key!r}')
+        for key, kind in (('family', str), ('arch', str), ('variant', str), ('meta', dict)):
+            if not isinstance(d.get(key, {}), kind):
+                raise SubnetError(f'{source}: "{key}" must be a '
+                                  f'{"string" if kind is str else "dict (JSON object)"}, got '
+                                  f'{type(d[key]).__name__} {str(d[key])[:40]!r}')
         blocks = cls._parse_blocks(d['blocks'], source, 'blocks')
         hidden = cls._parse_blocks(d.get('hidden', []), source, 'hidden')
         heads = cls._parse_blocks(d.get('heads', []), source, 'heads')
@@ -150,12 +157,7 @@ class SubnetSpec:
     def load(cls, path: str) -> 'SubnetSpec':
         if not osp.isfile(path):
             raise SubnetError(f'subnet file not found: {path}')
-        with open(path) as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError as e:
-                raise SubnetError(f'{path}: not valid JSON ({e})') from e
-        return cls.from_dict(d, source=path)
+        return cls.from_dict(read_json(path, SubnetError, 'subnet', expect=None), source=path)
 
     @classmethod
     def coerce(cls, subnet: Union[str, dict, 'SubnetSpec']) -> 'SubnetSpec':

@@ -2,10 +2,10 @@
 
 Unpickling a ``.pth`` file can call any Python function the file names (``os.system``, ``eval``,
 ...). torch ≥ 2.6 therefore loads with ``weights_only=True`` by default: only tensors, numbers,
-strings and containers, plus the types an allowlist adds. mmdcs loads every local checkpoint
+strings and containers, plus the types an allowlist adds. mmdcs loads every checkpoint
 (``init_cfg=dict(type='Pretrained')``, ``load_from``, ``--resume``, ``tools/test.py``'s
-CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher) with
-:func:`load_checkpoint_file`:
+CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher; from a local path or any
+scheme mmengine knows, :data:`mmdcs.utils.compat.SCHEMES`) with :func:`load_checkpoint_file`:
 
 * ``.safetensors`` files are read with ``safetensors`` (tensors only; the mmdcs ``meta`` is a JSON
   string in the file's metadata);
@@ -20,17 +20,22 @@ CHECKPOINT, the export / convert / analysis tools, a DynamicViT teacher) with
   ``--trust-checkpoint``, other tools, e.g. mmdet's own ``tools/train.py``, the config key
   ``trust_checkpoint = True``), unless it is trusted: the user passed ``--trust-checkpoint`` (or
   set ``trust_checkpoint = True`` in the config, also read from the config of the Runner that is
-  loading), or, for a full-state ``--resume``, the run itself wrote the file: its sha256 is the
-  one recorded in the :data:`MANIFEST` of the work dir when mmdcs saved it
+  loading), or, for the full-state ``--resume`` of ``tools/train.py``, a run of this user wrote
+  the file into that work dir: it lies directly in the work dir, and its HMAC-SHA256 under the
+  user's key (:func:`manifest_key`: a 0600 file in the user's config directory, outside any
+  work dir) is the one recorded in the work dir's :data:`MANIFEST` when mmdcs saved it
   (:func:`record_checkpoint`, called by the checkpoint saving patched into mmengine, see
-  :mod:`mmdcs.utils.compat`); a trusted file that the safe loader refuses is loaded with
-  ``weights_only=False`` (from the bytes whose digest was checked);
-* a file that is no checkpoint at all (random bytes, a truncated download, an empty file) gives
+  :mod:`mmdcs.utils.compat`); whoever can write the work dir but lacks the key cannot forge a
+  line. A trusted file that the safe loader refuses is loaded with ``weights_only=False`` (from
+  the bytes whose tag was checked);
+* a file that is no checkpoint at all (random bytes, a truncated download, an empty file, a list,
+  a bare tensor, a state dict with names that are not strings: :func:`check_structure`) gives
   :class:`UnreadableCheckpointError` (one line: the file, that it is not a readable checkpoint,
   why).
 
 A checkpoint that does not fit the model it is loaded into (few of the weights it is meant to fill
-filled, or tensors of another shape) gives :class:`MismatchedCheckpointError` (one line:
+filled, or tensors of another shape; in a complete load, :func:`complete_loads`, a weight missing
+or a tensor of another network) gives :class:`MismatchedCheckpointError` (one line:
 :func:`check_loaded`, called by mmengine's ``load_state_dict`` as :mod:`mmdcs.utils.compat`
 patches it), unless ``allow_partial_checkpoint = True``.
 
@@ -41,17 +46,22 @@ executing it: the pickle stream is disassembled (:mod:`pickletools`) and the glo
 compared with the allowlist.
 """
 import hashlib
+import hmac
 import io
 import json
 import os
 import os.path as osp
 import pickletools
 import re
+import secrets
+import stat
 import sys
 import warnings
 import zipfile
 from contextlib import contextmanager
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from mmdcs.selection.utils import in_search_state
 
 from .files import atomic_write
 
@@ -64,9 +74,12 @@ TRUST_KEY = 'trust_checkpoint'
 PARTIAL_KEY = 'allow_partial_checkpoint'
 #: where the JSON of the mmdcs ``meta`` lives in the metadata of a safetensors file
 SAFETENSORS_META_KEY = 'mmdcs_meta'
-#: the digests of the checkpoints a training run wrote, in its checkpoint directory
-#: (``sha256sum`` format: ``HEX  NAME`` per line; ``sha256sum -c`` checks it)
-MANIFEST = 'checkpoints.sha256'
+#: the record of the checkpoints a training run wrote, in its checkpoint directory: ``TAG  NAME``
+#: per line, TAG the HMAC-SHA256 of the file under the user's key (:func:`checkpoint_tag`)
+MANIFEST = 'checkpoints.hmac'
+#: the user's key of the manifests: ``$MMDCS_CONFIG_DIR/checkpoint.key`` (:func:`key_path`)
+KEY_DIR_ENV = 'MMDCS_CONFIG_DIR'
+KEY_FILE = 'checkpoint.key'
 #: a load must fill at least this share of the values it is meant to fill (see
 #: :func:`check_loaded`)
 MIN_FILLED = 0.5
@@ -101,13 +114,15 @@ def trust_checkpoints(all: Optional[bool] = None, dirs: Iterable[str] = (),
                       hint: Optional[str] = None, partial: Optional[bool] = None,
                       complete: Optional[bool] = None) -> None:
     """Set which files may fall back to the unsafe loader: every file (``all=True``: the user's
-    ``--trust-checkpoint``) and/or the checkpoints that a training run wrote into one of
-    ``dirs`` (a resumed run's work dir: the file's sha256 must be the one recorded in the
-    directory's :data:`MANIFEST` when mmdcs saved it). ``hint``: how the refusal message tells
-    the user to trust a file (set by mmdcs's tools; unset, the message names the config key
-    :data:`TRUST_KEY`). ``partial``: loads may fill part of the weights they are meant to fill
-    (:data:`PARTIAL_KEY`); ``complete``: a load into a whole model must fill all of it
-    (``tools/test.py``: weights left at their initialisation would be evaluated)."""
+    ``--trust-checkpoint``) and/or the checkpoints that a training run of this user wrote
+    into one of ``dirs`` (the work dir of the run ``tools/train.py`` resumes: the file lies
+    directly in it and its tag under the user's key is the one recorded in the directory's
+    :data:`MANIFEST` when mmdcs saved it, :func:`written_by_run`). ``hint``: how the refusal
+    message tells the user to trust a file (set by mmdcs's tools; unset, the message names the
+    config key :data:`TRUST_KEY`). ``partial``: loads may fill part of the weights they are
+    meant to fill (:data:`PARTIAL_KEY`); ``complete``: a load into a whole model must fill all
+    of it and bring nothing else of it (``tools/test.py``: weights left at their
+    initialisation, or another network's, would be evaluated; :func:`complete_loads`)."""
     if all is not None:
         _state['all'] = bool(all)
     new = tuple(osp.realpath(d) for d in dirs if d)
@@ -132,6 +147,20 @@ def trust_scope() -> Iterator[None]:
         _state.update(saved)
 
 
+@contextmanager
+def complete_loads() -> Iterator[None]:
+    """Inside the block, a checkpoint loaded into a whole model must fit it completely
+    (:func:`check_loaded` under ``complete``): what ``tools/test.py`` sets for its run, and
+    :func:`mmdcs.apis.subnet_io.load_model_checkpoint` (the export, deployment and analysis
+    tools) for its load — one rule for every tool that computes with the weights as loaded."""
+    saved = _state['complete']
+    _state['complete'] = True
+    try:
+        yield
+    finally:
+        _state['complete'] = saved
+
+
 def runner_config_flag(key: str) -> bool:
     """``key`` of the config of the mmengine Runner that is running this load (found on the
     call stack: ``runner.train()`` / ``runner.test()`` load through it), False without one. This
@@ -151,20 +180,75 @@ def runner_config_flag(key: str) -> bool:
     return False
 
 
-def sha256_of(data_or_path: Union[bytes, str]) -> str:
-    """The hex sha256 of bytes, or of a file's content."""
+def _digest(h, data_or_path: Union[bytes, str]) -> str:
     if isinstance(data_or_path, bytes):
-        return hashlib.sha256(data_or_path).hexdigest()
-    h = hashlib.sha256()
+        h.update(data_or_path)
+        return h.hexdigest()
     with open(data_or_path, 'rb') as f:
         for block in iter(lambda: f.read(1 << 20), b''):
             h.update(block)
     return h.hexdigest()
 
 
+def key_path() -> str:
+    """Where the user's manifest key is kept: ``$MMDCS_CONFIG_DIR/checkpoint.key``, by default
+    in the user's config directory (``$XDG_CONFIG_HOME/mmdcs``, ``~/.config/mmdcs``)."""
+    root = os.environ.get(KEY_DIR_ENV) or osp.join(
+        os.environ.get('XDG_CONFIG_HOME') or osp.join(osp.expanduser('~'), '.config'), 'mmdcs')
+    return osp.join(root, KEY_FILE)
+
+
+def _create_key(path: str) -> None:
+    """A new random key at ``path`` (mode 0600, its directory 0700), atomically: a process that
+    creates one at the same time wins or loses as a whole."""
+    os.makedirs(osp.dirname(path), mode=0o700, exist_ok=True)
+    tmp = f'{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}'
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, 'O_NOFOLLOW', 0), 0o600)
+    try:
+        with os.fdopen(fd, 'w') as f:
+            f.write(secrets.token_hex(32) + '\n')
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # made meanwhile by another process of this user
+            pass
+    finally:
+        os.unlink(tmp)
+
+
+def manifest_key(create: bool = False) -> Tuple[Optional[bytes], str]:
+    """(the user's manifest key, '') or (None, why there is none): the key file (:func:`key_path`)
+    must be a regular file of this user that nobody else can read or write, holding 64 hex
+    digits; ``create``: made on first use (when a run records its first checkpoint)."""
+    path = key_path()
+    try:
+        if create and not osp.lexists(path):
+            _create_key(path)
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None, (f'{path} is not a private file of this user (mode 0600); remove it '
+                          'and a new key is made')
+        with open(path, 'rb') as f:
+            text = f.read(200).strip()
+    except FileNotFoundError:
+        return None, f'no key at {path} (made when a run records its first checkpoint)'
+    except OSError as e:
+        return None, f'{path}: {e.strerror or e}'
+    if not re.fullmatch(rb'[0-9a-f]{64}', text):
+        return None, f'{path} does not hold a key (64 hex digits); remove it and a new key is made'
+    return bytes.fromhex(text.decode()), ''
+
+
+def checkpoint_tag(key: bytes, data_or_path: Union[bytes, str]) -> str:
+    """The manifest's record of a checkpoint: HMAC-SHA256 of its bytes under the user's key."""
+    return _digest(hmac.new(key, digestmod=hashlib.sha256), data_or_path)
+
+
 def read_manifest(directory: str) -> Dict[str, str]:
-    """name → sha256 of the checkpoints recorded in ``directory``'s :data:`MANIFEST` (empty
-    when there is none; a symlink or malformed lines are ignored)."""
+    """name → tag of the checkpoints recorded in ``directory``'s :data:`MANIFEST` (empty when
+    there is none; a symlink or malformed lines are ignored)."""
     path = osp.join(directory, MANIFEST)
     if not osp.isfile(path) or osp.islink(path):
         return {}
@@ -178,26 +262,33 @@ def read_manifest(directory: str) -> Dict[str, str]:
 
 
 def record_checkpoint(path: str, data: Optional[bytes] = None) -> None:
-    """Record the sha256 of a checkpoint mmdcs just wrote (``data``: its bytes, else read) in
-    the :data:`MANIFEST` of its directory, written atomically; entries of files that are gone
-    (``max_keep_ckpts``) are dropped."""
+    """Record the tag (:func:`checkpoint_tag`) of a checkpoint mmdcs just wrote (``data``: its
+    bytes, else read) in the :data:`MANIFEST` of its directory, written atomically; entries of
+    files that are gone (``max_keep_ckpts``) are dropped. Without a usable key (e.g. a
+    read-only home) nothing is recorded: such a file is then not trusted on ``--resume``."""
+    key, _ = manifest_key(create=True)
+    if key is None:
+        return
     directory, name = osp.split(osp.abspath(path))
     entries = read_manifest(directory)
-    entries[name] = sha256_of(data if data is not None else path)
+    entries[name] = checkpoint_tag(key, data if data is not None else path)
     entries = {n: d for n, d in entries.items() if osp.isfile(osp.join(directory, n))}
     atomic_write(osp.join(directory, MANIFEST),
                  ''.join(f'{d}  {n}\n' for n, d in sorted(entries.items())))
 
 
 def written_by_run(filename: str, data: Optional[bytes] = None) -> bool:
-    """Whether ``filename`` lies in a directory of a resumed run (:func:`trust_checkpoints`'s
-    ``dirs``) and its sha256 is the one that run recorded when it saved the file."""
-    path = osp.realpath(filename)
-    if not any(path.startswith(d.rstrip(os.sep) + os.sep) for d in _state['dirs']):
+    """Whether ``filename`` lies directly in the work dir of the run being resumed
+    (:func:`trust_checkpoints`'s ``dirs``; not in a directory below it), and that work dir's
+    :data:`MANIFEST` records the file's tag under this user's key: a run of this user wrote
+    exactly these bytes."""
+    directory, name = osp.split(osp.realpath(filename))
+    if directory not in _state['dirs']:
         return False
-    directory, name = osp.split(path)
+    key, _ = manifest_key()
     recorded = read_manifest(directory).get(name)
-    return recorded is not None and recorded == sha256_of(data if data is not None else path)
+    return key is not None and recorded is not None and hmac.compare_digest(
+        recorded, checkpoint_tag(key, data if data is not None else filename))
 
 
 def is_trusted(filename: str, data: Optional[bytes] = None) -> bool:
@@ -373,9 +464,11 @@ def _unsafe_message(filename: str, names: List[str], what: str = '') -> str:
     msg = (f'{filename} holds {what}; unpickling it could run code, so it is not loaded. '
            f'If you trust its source, {trust_hint()}')
     if _state['dirs']:
+        _, problem = manifest_key()
         msg += (' (a full-state resume loads such a file without it only when this run wrote '
-                'it: its sha256 recorded in '
-                + ', '.join(osp.join(d, MANIFEST) for d in _state['dirs']) + ')')
+                'it: its tag under your key recorded in '
+                + ', '.join(osp.join(d, MANIFEST) for d in _state['dirs'])
+                + (f'; {problem}' if problem else '') + ')')
     return msg + '.'
 
 
@@ -408,16 +501,43 @@ def is_safetensors(filename: str) -> bool:
 
 
 def load_checkpoint_file(filename: str, map_location=None):
-    """Load a local checkpoint file safely (see the module docstring); raises
-    ``FileNotFoundError``, :class:`UnsafeCheckpointError` or :class:`UnreadableCheckpointError`.
-    """
-    import torch
+    """Load a local checkpoint file safely (see the module docstring) and check that it is one
+    (:func:`check_structure`); raises ``FileNotFoundError``, :class:`UnsafeCheckpointError` or
+    :class:`UnreadableCheckpointError`."""
     filename = osp.expanduser(str(filename))
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     _state['last_file'] = filename
     if is_safetensors(filename):
         return _load_safetensors(filename, map_location)
+    return check_structure(filename, _load_pickled(filename, map_location))
+
+
+def check_structure(filename: str, ckpt):
+    """``ckpt`` if it has a checkpoint's structure — a dict with string keys, whose
+    ``state_dict`` (when it has one; else the dict itself is the state dict, as mmengine reads
+    it) maps names (strings) to tensors — else one :class:`UnreadableCheckpointError` line
+    (a list, a bare tensor, integer names ...) instead of an error deep inside the loading."""
+    import torch
+    shape = "{'state_dict': {name: tensor, ...}, ...} or {name: tensor, ...}"
+    if not isinstance(ckpt, Mapping):
+        raise unreadable(filename, f'it holds a {type(ckpt).__name__}, not a dict ({shape})')
+    state = ckpt.get('state_dict', ckpt)
+    what = 'its state_dict' if state is not ckpt else 'its top level'
+    if not isinstance(state, Mapping):
+        raise unreadable(filename, f'{what} is a {type(state).__name__}, not a dict ({shape})')
+    for key, value in state.items():
+        if not isinstance(key, str):
+            raise unreadable(filename, f'{what} has the key {key!r} ({type(key).__name__}): '
+                             'tensors are named by strings')
+        if state is not ckpt and not torch.is_tensor(value) and not key.endswith('_extra_state'):
+            raise unreadable(filename, f'{what} holds a {type(value).__name__} under {key!r}, '
+                             'not a tensor')
+    return ckpt
+
+
+def _load_pickled(filename: str, map_location=None):
+    import torch
     try:
         with torch.serialization.safe_globals(safe_globals()), warnings.catch_warnings():
             # torch warns about pickle protocols > 2 before it refuses them: one line is enough
@@ -453,48 +573,62 @@ def _shape(text: str) -> str:
 
 def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence[str],
                  missing: Sequence[str], unexpected: Sequence[str], errors: Sequence[str],
-                 whole_model: bool) -> None:
+                 whole_model: bool, search_state: Sequence[str] = ()) -> None:
     """Refuse a load that filled few of the weights it was meant to fill, or filled some with
-    tensors of another shape: one :class:`MismatchedCheckpointError` line (the file, how many
-    tensors matched / were missing / unexpected / mis-shaped, the switch that allows it).
+    tensors of another shape, or (a complete load) brought tensors the model does not have:
+    one :class:`MismatchedCheckpointError` line (the file, how many tensors matched / were
+    missing / unexpected / mis-shaped, the switch that allows it).
 
     ``model_numel``: name → number of values of every tensor of the module loaded into;
     ``loaded_keys``: the names the checkpoint gave it; ``missing``, ``unexpected``, ``errors``:
-    what the load reported (``errors`` holds torch's "size mismatch for ..." lines).
+    what the load reported (``errors`` holds torch's "size mismatch for ..." lines);
+    ``search_state``: names (or prefixes) of what the model kind keeps of a search, not of its
+    network (:func:`mmdcs.selection.search_state_keys`: e.g. ``cost_mu``): neither missing
+    nor unexpected counts for them.
     What the load is meant to fill: an ``init_cfg`` Pretrained load (into a backbone, after its
     prefix) every weight of that module; a load into a whole model (``load_from``, ``--resume``,
     ``tools/test.py``'s CHECKPOINT: ``whole_model``) the weights of its ``backbone`` and of the
     model's other parts (``neck``, ``head``, ...) that the checkpoint has, so that a head or neck
-    a downstream config adds stays at its initialisation; under ``tools/test.py`` (``complete``)
-    every weight of the model. Refused: a mis-shaped tensor, a meant weight missing under
-    ``complete``, or fewer than :data:`MIN_FILLED` of the meant values filled (counted in values,
-    so that a few small new tensors, e.g. the gates of a supernet initialised from a pretrained
-    baseline, or a detector backbone's extra norms, do not count as much as the weights).
-    Allowed anyway with :data:`PARTIAL_KEY` (the tools' config, or the running Runner's)."""
+    a downstream config adds stays at its initialisation; under ``complete``
+    (:func:`complete_loads`: ``tools/test.py``, the export, deployment and analysis tools)
+    every weight of the model, and nothing else of it: a tensor the model lacks at its top
+    level or inside one of its parts (a supernet's gates and Linear_θ in a plain network) means
+    the file holds another network (one of a part the model has not, e.g. an auxiliary head a
+    test config drops, is not used and passes). Refused: a mis-shaped tensor, under
+    ``complete`` a meant weight missing or such an unexpected tensor, or fewer than
+    :data:`MIN_FILLED` of the meant values filled (counted in values, so that a few small new
+    tensors, e.g. the gates of a supernet initialised from a pretrained baseline, or a detector
+    backbone's extra norms, do not count as much as the weights). Allowed anyway with
+    :data:`PARTIAL_KEY` (the tools' config, or the running Runner's)."""
     if not model_numel or _state['partial'] or runner_config_flag(PARTIAL_KEY):
         return
     shaped = {}
     for err in errors:
         for m in _SIZE_MISMATCH.finditer(str(err)):
             shaped[m.group(1)] = (_shape(m.group(2)), _shape(m.group(3)))
-    missing = {k for k in missing if k in model_numel}
     part = (lambda k: k.split('.', 1)[0])
+    searched = (lambda k: in_search_state(k, search_state))
+    missing = {k for k in missing if k in model_numel and not searched(k)}
+    unexpected = [k for k in unexpected if not searched(k)]
     complete = whole_model and _state['complete']
+    parts = {part(k) for k in model_numel}
+    foreign = [k for k in unexpected if '.' not in k or part(k) in parts] if complete else []
     if whole_model and not complete:
         # the backbone always; a neck or head only when the file has one
         given = {part(k) for k in loaded_keys} | {'backbone'}
         meant = [k for k in model_numel if part(k) in given]
     else:
-        meant = list(model_numel)
+        meant = [k for k in model_numel if not searched(k)]
     lost = missing | set(shaped)
     total = sum(model_numel[k] for k in meant)
     filled = sum(model_numel[k] for k in meant if k not in lost)
     n_missing = sum(1 for k in meant if k in missing)
     n_matched = sum(1 for k in meant if k not in lost)
     share = filled / total if total else 0.0
-    if not shaped and share >= MIN_FILLED and not (complete and n_missing):
+    if not shaped and share >= MIN_FILLED and not (complete and (n_missing or foreign)):
         return
     why = ('it holds tensors of another shape' if shaped else
+           'it holds tensors the model does not have (another network\'s)' if foreign else
            'it leaves weights at their initialisation, which a test would evaluate'
            if complete and share >= MIN_FILLED else
            'it fills few of the weights' if n_matched else 'it fills none of the weights')
@@ -502,16 +636,19 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
     if shaped:
         key, (ckpt, model) = next(iter(shaped.items()))
         detail = f' (e.g. {key}: {ckpt} in the file, {model} in the model)'
+    elif foreign:
+        detail = f' (e.g. {foreign[0]} unexpected)'
     elif n_missing:
         detail = f' (e.g. {next(k for k in meant if k in missing)} missing)'
-    parts = '' if not whole_model or complete else \
+    parts_meant = '' if not whole_model or complete else \
         f' of its parts meant ({", ".join(sorted({part(k) for k in meant})) or "none"})'
     raise MismatchedCheckpointError(
         f'{_state["last_file"] or "the checkpoint"} does not fit {target}: {why}: '
-        f'{n_matched} of the {len(meant)} tensors{parts} matched '
+        f'{n_matched} of the {len(meant)} tensors{parts_meant} matched '
         f'({100 * share:.1f} % of their values), {n_missing} missing, {len(unexpected)} '
         f'unexpected, {len(shaped)} mis-shaped{detail}.'
-        + (' Is it a checkpoint of another model?' if shaped or share < MIN_FILLED else '')
+        + (' Is it a checkpoint of another model?' if shaped or foreign or share < MIN_FILLED
+           else '')
         + f' If a partial load is what you want, set {partial_hint()}.')
 
 

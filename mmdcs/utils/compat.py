@@ -7,11 +7,14 @@ calls ``torch.load`` without the argument when it reads a local checkpoint (``--
 every file with ``weights_only=False`` (which lets a downloaded file run code), we register
 :func:`mmdcs.utils.checkpoint.load_checkpoint_file` for local paths: weights-only loading with
 an allowlist of the exact data types mmengine checkpoints hold, safetensors files, and one-line
-errors for a refused or unreadable file (see that module). URLs (``http(s)://``, and
-``torchvision://`` etc., which resolve to one) are downloaded as before and then loaded the same
-way. The message hub's ``HistoryBuffer`` is made to pickle its data only
-(:func:`patch_history_buffer_pickling`), so that the training checkpoints mmdcs writes load
-weights-only.
+errors for a refused or unreadable file (see that module). Every other scheme mmengine's
+``CheckpointLoader`` knows is re-registered (:data:`SCHEMES`): URLs (``http(s)://``, and
+``torchvision://``, ``open-mmlab://``, ``mmcls://``, which resolve to one or, for open-mmlab, to a
+local file under ``$MMENGINE_HOME``) are downloaded as before and then loaded the same way;
+``pavi://``, ``s3://`` / ``petrel://`` and a scheme registered by anything else are refused in one
+line (their loaders would unpickle the file without the checks). The message hub's
+``HistoryBuffer`` is made to pickle its data only (:func:`patch_history_buffer_pickling`), so
+that the training checkpoints mmdcs writes load weights-only.
 
 Two more patches of mmengine's checkpoint handling, for every Runner (mmdcs's tools and mmdet's /
 mmseg's own): its ``load_state_dict`` (every load of a checkpoint into a module: ``load_from``,
@@ -19,8 +22,10 @@ mmseg's own): its ``load_state_dict`` (every load of a checkpoint into a module:
 few of the weights it is meant to fill or fills them with tensors of another shape
 (:func:`mmdcs.utils.checkpoint.check_loaded`), where mmengine only logs a warning; its
 ``save_checkpoint`` and ``CheckpointHook``'s ``last_checkpoint`` write atomically and never through
-a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's sha256 is recorded in the directory's
-manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a ``--resume`` trusts.
+a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's tag is recorded in the directory's
+manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which train.py's ``--resume`` trusts;
+the Runner's other files never go through a planted link either (:func:`patch_mmengine_run_files`:
+the config dump, the run's log directory).
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -37,13 +42,17 @@ import os
 import os.path as osp
 import sys
 
-from .checkpoint import check_loaded, load_checkpoint_file, record_checkpoint
-from .files import atomic_write
+from mmdcs.selection.jsonio import read_json
+from mmdcs.selection.utils import search_state_keys
+
+from .checkpoint import (UnreadableCheckpointError, check_loaded, load_checkpoint_file,
+                         record_checkpoint)
+from .files import atomic_write, new_run_dir, replacing
 
 _PATCHED = False
 
 
-def _load_from_local(filename, map_location):
+def _load_from_local(filename, map_location=None):
     return load_checkpoint_file(filename, map_location)
 
 
@@ -66,6 +75,86 @@ def _load_from_http(filename, map_location=None, model_dir=None):
         if world_size > 1 and turn == 0:
             torch.distributed.barrier()
     return _load_from_local(cached, map_location)
+
+
+def _zoo_url(filename: str, urls: dict, listed_in: str) -> str:
+    """The URL (or path) a model-zoo name (``SCHEME://NAME``) stands for, one line if none."""
+    name = filename.split('://', 1)[1]
+    url = urls.get(name)
+    if not isinstance(url, str) or not url:
+        raise UnreadableCheckpointError(f'{filename}: no model named {name!r} in {listed_in}')
+    return url
+
+
+def _load_from_torchvision(filename, map_location=None):
+    """``torchvision://NAME`` (``modelzoo://NAME``): torchvision's URL of NAME, downloaded and
+    loaded safely (:func:`_load_from_http`)."""
+    from mmengine.runner.checkpoint import get_torchvision_models
+    url = _zoo_url(filename, get_torchvision_models(), "torchvision's model list")
+    return _load_from_http(url, map_location)
+
+
+def _load_from_openmmlab(filename, map_location=None):
+    """``open-mmlab://NAME`` (``openmmlab://NAME``): the URL or the file (under mmengine's home,
+    ``$MMENGINE_HOME``) that mmengine's list of OpenMMLab models, or the user's
+    ``$MMENGINE_HOME/open_mmlab.json``, gives NAME, loaded safely (mmengine's own loader calls
+    ``torch.load`` on a local one)."""
+    import mmengine
+    from mmengine.runner.checkpoint import _get_mmengine_home
+    home = _get_mmengine_home()
+    urls = read_json(osp.join(mmengine.__path__[0], 'hub', 'openmmlab.json'),
+                     UnreadableCheckpointError, 'model list')
+    deprecated = read_json(osp.join(mmengine.__path__[0], 'hub', 'deprecated.json'),
+                           UnreadableCheckpointError, 'model list')
+    user_list = osp.join(home, 'open_mmlab.json')
+    if osp.exists(user_list):
+        urls.update(read_json(user_list, UnreadableCheckpointError, 'model list'))
+    scheme, name = filename.split('://', 1)
+    if isinstance(deprecated.get(name), str):  # an old name of the model
+        name = deprecated[name]
+    url = _zoo_url(f'{scheme}://{name}', urls, f'the OpenMMLab model list (and {user_list})')
+    if url.startswith(('http://', 'https://')):
+        return _load_from_http(url, map_location)
+    return load_checkpoint_file(osp.join(home, url), map_location)
+
+
+def _load_from_mmcls(filename, map_location=None):
+    """``mmcls://NAME``: mmengine's URL of the mmcls model, downloaded and loaded safely, its
+    backbone's weights kept (as mmengine does)."""
+    import mmengine
+    from mmengine.runner.checkpoint import _process_mmcls_checkpoint
+    urls = read_json(osp.join(mmengine.__path__[0], 'hub', 'mmcls.json'),
+                     UnreadableCheckpointError, 'model list')
+    return _process_mmcls_checkpoint(
+        _load_from_http(_zoo_url(filename, urls, "mmengine's mmcls model list"), map_location))
+
+
+def _load_from_refused(filename, map_location=None):
+    """A source no safe loader reads (``pavi://``, the ``s3://`` / ``petrel://`` storage
+    backends, a scheme registered by another package): one line."""
+    raise UnreadableCheckpointError(
+        f'{filename}: checkpoints from {filename.split("://", 1)[0]}:// are not read (mmdcs reads '
+        'local files and http(s):// downloads safely, and the model zoos that resolve to '
+        'them: torchvision://, open-mmlab://, mmcls://); copy the file to a local path')
+
+
+#: prefix → mmdcs's loader, for every scheme mmengine 0.10.7's CheckpointLoader knows
+#: (mmengine/runner/checkpoint.py); a scheme without one here is refused
+#: (:func:`_checkpoint_loader`)
+SCHEMES = {'': _load_from_local, 'http://': _load_from_http, 'https://': _load_from_http,
+           'torchvision://': _load_from_torchvision, 'modelzoo://': _load_from_torchvision,
+           'open-mmlab://': _load_from_openmmlab, 'openmmlab://': _load_from_openmmlab,
+           'mmcls://': _load_from_mmcls, 'pavi://': _load_from_refused,
+           r'(\S+\:)?s3://': _load_from_refused, r'(\S+\:)?petrel://': _load_from_refused}
+
+
+def _checkpoint_loader(cls, path):
+    """``CheckpointLoader._get_checkpoint_loader``: the loader of ``path``'s scheme, which is one
+    of :data:`SCHEMES`'s (a scheme registered by anything else is refused: its loader would
+    unpickle the file without the checks)."""
+    loader = _ORIGINAL['get_checkpoint_loader'].__func__(cls, path)
+    safe = set(SCHEMES.values())
+    return loader if loader in safe else _load_from_refused
 
 
 def patch_history_buffer_pickling() -> None:
@@ -101,9 +190,11 @@ def _load_state_dict(module, state_dict, strict=False, logger=None):
     """mmengine 0.10.7's ``load_state_dict`` (the one every load of a checkpoint into a module
     goes through: ``load_from``, ``--resume``, ``tools/test.py``, ``init_cfg`` Pretrained), plus
     :func:`mmdcs.utils.checkpoint.check_loaded`: a non-strict load that fills few of the weights
-    it is meant to fill, or fills some with tensors of another shape, is refused in one line
-    instead of a warning in the log. ``strict=True`` raises mmengine's ``RuntimeError`` as
-    before."""
+    it is meant to fill, or fills some with tensors of another shape (in a complete load: leaves
+    one out, or brings another network's), is refused in one line instead of a warning in the
+    log, the state the model's kind keeps of a search aside
+    (:func:`mmdcs.selection.search_state_keys`). ``strict=True`` raises mmengine's
+    ``RuntimeError`` as before."""
     import logging
 
     from mmengine.dist import get_dist_info
@@ -143,6 +234,11 @@ def _load_state_dict(module, state_dict, strict=False, logger=None):
     load = None  # break load->load reference cycle
     missing_keys = [key for key in missing_keys if 'num_batches_tracked' not in key]
     size_errors = list(err_msg)
+    if not strict:  # a refused load is one line, without mmengine's list of every key first
+        check_loaded(type(target).__name__ if not isinstance(target, BaseModel) else
+                     f'the model ({type(target).__name__})', numel, loaded_keys, missing_keys,
+                     unexpected_keys, size_errors, whole_model=isinstance(target, BaseModel),
+                     search_state=search_state_keys(target))
     if unexpected_keys:
         err_msg.append(f'unexpected key in source state_dict: {", ".join(unexpected_keys)}\n')
     if missing_keys:
@@ -154,13 +250,8 @@ def _load_state_dict(module, state_dict, strict=False, logger=None):
         if strict:
             raise RuntimeError(text)
         print_log(text, logger=logger, level=logging.WARNING)
-    if strict:
-        if err_msg:  # the other ranks
-            raise RuntimeError('\n'.join(err_msg))
-        return
-    check_loaded(type(target).__name__ if not isinstance(target, BaseModel) else
-                 f'the model ({type(target).__name__})', numel, loaded_keys, missing_keys,
-                 unexpected_keys, size_errors, whole_model=isinstance(target, BaseModel))
+    if strict and err_msg:  # the other ranks
+        raise RuntimeError('\n'.join(err_msg))
 
 
 def _IncompatibleKeys(missing, unexpected):
@@ -170,7 +261,7 @@ def _IncompatibleKeys(missing, unexpected):
 
 def _save_checkpoint(checkpoint, filename, file_client_args=None, backend_args=None):
     """mmengine's ``save_checkpoint`` for a local file: written atomically, never through a
-    symlink (:func:`mmdcs.utils.files.atomic_write`), and its sha256 recorded in the directory's
+    symlink (:func:`mmdcs.utils.files.atomic_write`), and its tag recorded in the directory's
     manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a later ``--resume`` of
     the file trusts. Other destinations (``s3://`` ..., custom backends) as mmengine does."""
     import io
@@ -221,6 +312,39 @@ def _save_checkpoint_with_step(self, runner, step, meta):
     atomic_write(osp.join(runner.work_dir, 'last_checkpoint'), str(self.last_ckpt))
 
 
+def _dump_config(self) -> None:
+    """mmengine 0.10.7's ``Runner.dump_config`` (the config into the work dir, by the main
+    process), written through :func:`mmdcs.utils.files.replacing`: a link planted under the
+    config's name in the work dir is replaced, its target never written."""
+    from mmengine.dist import is_main_process
+    if not is_main_process():
+        return
+    name = osp.basename(self.cfg.filename) if self.cfg.filename is not None else \
+        f'{self.timestamp}.py'
+    with replacing(osp.join(self.work_dir, name)) as tmp:
+        self.cfg.dump(tmp)
+
+
+def _setup_env(self, env_cfg) -> None:
+    """mmengine's ``Runner.setup_env`` (which picks the run's timestamp), then the run's log
+    directory ``WORK_DIR/TIMESTAMP`` made new (:func:`mmdcs.utils.files.new_run_dir`) before
+    mmengine makes it with ``exist_ok``: everything mmengine writes there (the log, ``vis_data/``
+    with its ``scalars.json``, the config copy and the JSON log, a test's painted images) lands
+    in a directory nothing was planted in; a link planted under that name is refused."""
+    _ORIGINAL['setup_env'](self, env_cfg)
+    new_run_dir(osp.join(self._work_dir, self._timestamp))
+
+
+def patch_mmengine_run_files() -> None:
+    """The files a Runner writes outside its checkpoints never go through a planted link:
+    ``Runner.dump_config`` and ``Runner.setup_env`` are replaced (idempotent). (Checkpoints,
+    ``last_checkpoint`` and the manifest: :func:`patch_mmengine_checkpoint_saving`.)"""
+    from mmengine.runner import Runner
+    _ORIGINAL.setdefault('setup_env', Runner.setup_env)
+    Runner.setup_env = _setup_env
+    Runner.dump_config = _dump_config
+
+
 _ORIGINAL = {}
 
 
@@ -249,11 +373,14 @@ def patch_mmengine_checkpoint_loading() -> None:
         return
     import mmengine.runner.checkpoint as mmengine_checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes='', loader=_load_from_local, force=True)
-    CheckpointLoader.register_scheme(prefixes=('http://', 'https://'), loader=_load_from_http,
-                                     force=True)
-    # torchvision://, open-mmlab://, mmcls:// call load_from_http by its module-level name
+    for prefix, loader in SCHEMES.items():
+        CheckpointLoader.register_scheme(prefixes=prefix, loader=loader, force=True)
+    _ORIGINAL.setdefault('get_checkpoint_loader', CheckpointLoader.__dict__[
+        '_get_checkpoint_loader'])
+    CheckpointLoader._get_checkpoint_loader = classmethod(_checkpoint_loader)
+    # for code that calls mmengine's loaders by their module-level names
     mmengine_checkpoint.load_from_http = _load_from_http
+    mmengine_checkpoint.load_from_local = _load_from_local
     # _load_checkpoint_to_model (load_from, --resume, test.py) calls it by its module-level
     # name, PretrainedInit imports it when it runs
     mmengine_checkpoint.load_state_dict = _load_state_dict
@@ -261,6 +388,7 @@ def patch_mmengine_checkpoint_loading() -> None:
     runner_pkg.load_state_dict = _load_state_dict
     patch_history_buffer_pickling()
     patch_mmengine_checkpoint_saving()
+    patch_mmengine_run_files()
     _PATCHED = True
 
 

@@ -150,6 +150,72 @@ def test_a_supernet_from_a_pretrained_baseline_loads(deit_ckpt):
                        ref['backbone.blocks.3.mlp.fc1.weight'])
 
 
+@pytest.fixture(scope='module')
+def search_ckpt(tmp_path_factory):
+    """(the supernet classifier of a DCS search of DeiT-Tiny, built without its objective as the
+    export builds it, and a checkpoint of its search: its weights, gates, Linear_θ and the
+    budget's multiplier ``cost_mu``)."""
+    torch.manual_seed(0)
+    search = _build(dict(DEIT, type='mmdcs.ChannelSelectionClassifier',
+                         backbone=dict(DEIT['backbone'], variant='dcs')))
+    path = str(tmp_path_factory.mktemp('search') / 'search.pth')
+    torch.save({'state_dict': dict(search.state_dict(), cost_mu=torch.tensor(0.5)), 'meta': {}},
+               path)
+    return search, path
+
+
+def test_a_complete_load_refuses_the_tensors_of_another_network(search_ckpt, tmp_path):
+    """A DCS search checkpoint given to tools/test.py with the plain DeiT-Tiny config was
+    loaded with its 61 gates, Linear_θ and cost_mu dropped without a word, and another network
+    evaluated; now refused in one line — by the same rule where pytorch2onnx.py, test_onnx.py,
+    the export and the analysis tools load (``load_model_checkpoint``). A model of the search's
+    kind loads it with or without the search's own state (``cost_mu``: not the network's); a
+    part the model has not (an auxiliary head a test config drops) is not used and passes."""
+    from mmengine.runner import load_checkpoint
+
+    from mmdcs.apis.subnet_io import load_model_checkpoint
+    search, path = search_ckpt
+    plain = _build(DEIT)
+    trust_checkpoints(complete=True)  # tools/test.py
+    with pytest.raises(MismatchedCheckpointError) as e:
+        load_checkpoint(plain, path, map_location='cpu')
+    msg = _one_line(e.value)
+    assert msg.startswith(f'{path} does not fit the model (ImageClassifier): it holds tensors '
+                          'the model does not have'), msg
+    assert '0 missing, 61 unexpected, 0 mis-shaped (e.g. ' in msg, msg
+    trust_checkpoints(complete=False)
+    with pytest.raises(MismatchedCheckpointError) as e:  # the other tools: the same rule
+        load_model_checkpoint(plain, path)
+    assert _one_line(e.value) == msg
+    load_model_checkpoint(search, path)  # its own kind: cost_mu is the search's state
+    load_model_checkpoint(search, _save(search, str(tmp_path / 'no-mu.pth')))
+    extra = str(tmp_path / 'aux.pth')
+    torch.save({'state_dict': dict(plain.state_dict(), **{'aux_head.fc.weight': torch.ones(2)})},
+               extra)
+    load_model_checkpoint(plain, extra)
+
+
+def test_the_magnitude_export_reads_a_search_checkpoint_and_refuses_another_model(
+        search_ckpt, deit_ckpt, tmp_path):
+    """``export_subnet.py <search config> <its search checkpoint> --method magnitude`` was
+    refused ("unexpected keys ['cost_mu']"): the extra tensors a checkpoint may bring (the
+    search's state) and the missing ones a baseline may lack (the architecture parameters)
+    come from the model's kind; a checkpoint of another model is still refused."""
+    from mmdcs.apis.export import load_baseline_checkpoint
+    from mmdcs.apis.launch import UserError
+    search, path = search_ckpt
+    load_baseline_checkpoint(search, path)                   # the search's own checkpoint
+    load_baseline_checkpoint(search, deit_ckpt)              # a baseline: no gates, no θ
+    torch.manual_seed(1)
+    other = _save(_build(dict(DEIT, head=_head(192, num_classes=3))),
+                  str(tmp_path / 'other.pth'))
+    with pytest.raises(UserError, match='does not fit the config.s model'):
+        load_baseline_checkpoint(search, other)
+    mobilevit = _save(_build(MOBILEVIT), str(tmp_path / 'mobilevit.pth'))
+    with pytest.raises(UserError, match='does not fit the config.s model'):
+        load_baseline_checkpoint(search, mobilevit)
+
+
 @pytest.mark.parametrize('task,config', [('mmdet', DET_CFG), ('mmseg', SEG_CFG)])
 def test_downstream_backbone_from_a_classifier_and_from_another_architecture(task, config,
                                                                             deit_ckpt, tmp_path):

@@ -239,3 +239,86 @@ def test_other_tools_refuse_before_any_work(tool, option, tmp_path, run_tool):
     path.write_text('earlier')
     _refused(run_tool(tool + [option, str(path)]), str(path))
     assert path.read_text() == 'earlier'
+
+
+TERMINATED = """import os, signal, sys, time
+from mmdcs.apis.launch import run_program
+from mmdcs.apis.outputs import atomic_outputs
+
+
+def main():
+    with atomic_outputs(os.path.join(sys.argv[1], 'subnet.json'),
+                        os.path.join(sys.argv[1], 'pruned.pth')) as (subnet, pruned):
+        with open(subnet, 'w') as f:
+            f.write('{"partial": ')
+        print('writing', flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)  # as kill, a scheduler or torchrun would
+        time.sleep(60)
+
+
+run_program(main)
+"""
+
+
+def test_sigterm_ends_a_tool_as_ctrl_c_does_without_partial_files(tmp_path, run_tool):
+    """A tool stopped by SIGTERM (``kill``, a batch scheduler, torchrun) left its hidden
+    temporary directory with a partial subnet.json (the export's, pytorch2onnx's): every tool
+    runs through ``run_program``, which makes SIGTERM end it through its clean-ups (exit code
+    143, as a shell reports a SIGTERM), as Ctrl-C does."""
+    script = tmp_path / 'tool.py'
+    script.write_text(TERMINATED)
+    out = tmp_path / 'out'
+    out.mkdir()
+    proc = run_tool([str(script), str(out)], timeout=120)
+    assert 'writing' in proc.stdout, proc.stderr[-2000:]
+    assert proc.returncode == 143, (proc.returncode, proc.stderr[-2000:])
+    assert os.listdir(str(out)) == []
+
+
+def test_temporaries_of_a_killed_process_are_swept(tmp_path):
+    """What no handler can clean (SIGKILL, a power cut): the next temporary the primitive makes
+    in a directory removes the ones of its own pattern there whose process is gone (same host,
+    this user): a training's .epoch_2.tmp-PID@HOST-*.pth, an export's temporary directory;
+    a running process's, another host's, a link or any other name are left alone."""
+    from mmdcs.utils import files
+    with open('/proc/sys/kernel/pid_max') as f:
+        gone = int(f.read()) + 1  # no process can have it
+    host = files._host()
+    other = '0' * 8 if host != '0' * 8 else '1' * 8
+    stale_file = f'.epoch_2.tmp-{gone}@{host}-0badc0de.pth'
+    stale_dir = f'.mmdcs.tmp-{gone}@{host}-0badc0de'
+    kept = [f'.epoch_2.tmp-{os.getpid()}@{host}-0badc0de.pth',
+            f'.epoch_2.tmp-{gone}@{other}-0badc0de.pth', 'epoch_1.pth', f'.tmp-{gone}']
+    for name in [stale_file] + kept:
+        (tmp_path / name).write_text('partial')
+    (tmp_path / stale_dir).mkdir()
+    (tmp_path / stale_dir / 'subnet.json').write_text('{"partial": ')
+    link = f'.link.tmp-{gone}@{host}-0badc0de'
+    os.symlink(str(tmp_path / 'epoch_1.pth'), str(tmp_path / link))
+    files.atomic_write(str(tmp_path / 'epoch_3.pth'), b'weights')
+    assert _files(tmp_path) == sorted(kept + [link, 'epoch_3.pth'])
+    with files.replacing(str(tmp_path / 'config.py')) as tmp:  # a writer that needs a path
+        assert osp.dirname(tmp) == str(tmp_path) and osp.basename(tmp).startswith('.config.tmp-')
+        with open(tmp, 'w') as f:
+            f.write('x = 1\n')
+    assert (tmp_path / 'config.py').read_text() == 'x = 1\n'
+
+
+def test_logs_and_annotation_files_are_not_written_through_a_link(tmp_path):
+    """The comparison's run logs (``open_log``) and the ImageNet subset's annotation files
+    were opened for writing by name: a link planted there had its target written."""
+    from mmdcs.datasets.imagenet_subset import _write_lines
+    victim = tmp_path / 'victim'
+    victim.write_text('precious')
+    for name in ('run.log', 'train.txt', 'train.txt.tmp'):
+        os.symlink(str(victim), str(tmp_path / name))
+    _write_lines(str(tmp_path / 'train.txt'), ['a/1.JPEG 0'])
+    assert victim.read_text() == 'precious'
+    assert not osp.islink(str(tmp_path / 'train.txt'))
+    from mmdcs.utils.files import open_log
+    with pytest.raises(FileExistsError, match='not followed'):
+        open_log(str(tmp_path / 'run.log'))
+    assert victim.read_text() == 'precious'
+    with open_log(str(tmp_path / 'logs' / 'new.log')) as f:
+        f.write('line\n')
+    assert (tmp_path / 'logs' / 'new.log').read_text() == 'line\n'

@@ -7,11 +7,13 @@ loader; training writes its checkpoints atomically, never through a symlink; out
 tools (mmdet's own tools/train.py) the refusal names the config key."""
 import builtins
 import hashlib
+import hmac
 import os
 import os.path as osp
 import pickle
 import shutil
 import stat
+import time
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from mmdcs.utils.checkpoint import (MANIFEST, MismatchedCheckpointError,
                                     UnreadableCheckpointError, UnsafeCheckpointError,
                                     load_checkpoint_file, pickle_globals, record_checkpoint,
                                     save_weights, trust_checkpoints, trust_scope)
+from mmdcs.utils import checkpoint as ckpt_module
 from _tools import digits_opts, load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -124,7 +127,7 @@ def test_crafted_checkpoint_is_refused_without_running_it(evil, tmp_path):
 
 def test_trust_flag_and_the_runs_own_checkpoints_are_the_only_way_to_the_unsafe_loader(
         evil, tmp_path):
-    """A resumed run trusts a file in its work dir only when its sha256 is the one recorded in
+    """A resumed run trusts a file in its work dir only when its tag is the one recorded in
     the work dir's manifest when the file was saved (what this run wrote), not any file lying
     there."""
     path, marker = evil
@@ -140,8 +143,7 @@ def test_trust_flag_and_the_runs_own_checkpoints_are_the_only_way_to_the_unsafe_
     assert not osp.exists(marker)
     record_checkpoint(inside)               # as the run records what it saves
     with open(str(work / MANIFEST)) as f:
-        assert f.read() == f'{hashlib.sha256(open(inside, "rb").read()).hexdigest()}  ' \
-            'epoch_1.pth\n'
+        assert f.read() == f'{_tag(inside)}  epoch_1.pth\n'
     load_checkpoint_file(inside)            # recorded: the full unpickler (it does run the code)
     assert osp.exists(marker)
     os.remove(marker)
@@ -162,7 +164,14 @@ def test_corrupt_files_are_not_readable_checkpoints(corrupt, tmp_path):
     bad_st = str(tmp_path / 'bad.safetensors')
     with open(bad_st, 'wb') as f:
         f.write(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a": 1')
-    for p in list(corrupt.values()) + [empty, bad_st]:
+    # pickles of plain data, but not the structure of a checkpoint (mmengine's loading failed
+    # deep inside on them): a state_dict that is a list, a bare tensor, integer names
+    shapes = {'list.pth': {'state_dict': [torch.ones(1)]}, 'tensor.pth': torch.ones(3),
+              'int-keys.pth': {'state_dict': {1: torch.ones(1)}}, 'int-top.pth': {1: torch.ones(1)},
+              'not-tensors.pth': {'state_dict': {'w': 'text'}}}
+    for name, obj in shapes.items():
+        torch.save(obj, str(tmp_path / name))
+    for p in list(corrupt.values()) + [empty, bad_st] + [str(tmp_path / n) for n in shapes]:
         with pytest.raises(UnreadableCheckpointError, match='is not a readable checkpoint') as e:
             load_checkpoint_file(p)
         assert p in str(e.value) and '\n' not in str(e.value)
@@ -211,6 +220,50 @@ def test_url_checkpoints_load_through_the_safe_path(evil, tmp_path, monkeypatch)
     with pytest.raises(UnsafeCheckpointError, match='evil.pth holds objects other than weights'):
         _load_checkpoint('https://example.org/a/evil.pth')
     assert not osp.exists(marker)
+
+
+def test_every_checkpoint_scheme_goes_through_the_safe_loader(evil, tmp_path, monkeypatch):
+    """Every source mmengine's CheckpointLoader knows is read by mmdcs's safe loader or refused
+    in one line, with torch's TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 set (which makes mmengine's own
+    loaders unpickle anything): ``open-mmlab://NAME`` mapped to a crafted local file by
+    ``$MMENGINE_HOME/open_mmlab.json`` (mmengine's loader calls torch.load on it),
+    ``torchvision://``; ``pavi://``, ``s3://`` and a scheme registered by another package are
+    refused."""
+    import mmengine.runner.checkpoint as mc
+    import torch.hub
+    from mmengine.runner.checkpoint import CheckpointLoader, _load_checkpoint
+    path, marker = evil
+    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    monkeypatch.setenv('MMENGINE_HOME', str(tmp_path / 'home'))
+    os.makedirs(str(tmp_path / 'home'))
+    with open(str(tmp_path / 'home' / 'open_mmlab.json'), 'w') as f:
+        f.write(f'{{"crafted": "{path}", "relative": "w/downloaded.pth"}}')
+    os.makedirs(str(tmp_path / 'home' / 'w'))
+    shutil.copy(path, str(tmp_path / 'home' / 'w' / 'downloaded.pth'))
+    monkeypatch.setattr(mc, 'get_torchvision_models',
+                        lambda: {'crafted': 'https://example.org/crafted.pth'})
+    monkeypatch.setattr(torch.hub, 'get_dir', lambda: str(tmp_path / 'hub'))
+    monkeypatch.setattr(torch.hub, 'download_url_to_file',
+                        lambda url, dst, *a, **k: shutil.copy(path, dst))
+    for source in ('open-mmlab://crafted', 'openmmlab://crafted', 'open-mmlab://relative',
+                   'torchvision://crafted', 'modelzoo://crafted'):
+        with pytest.raises(UnsafeCheckpointError, match='holds objects other than weights'):
+            _load_checkpoint(source)
+    assert not osp.exists(marker), 'a checkpoint named by a model-zoo scheme ran its code'
+    CheckpointLoader.register_scheme('other://', loader=lambda f, m=None: torch.load(
+        f[len('other://'):], map_location=m), force=True)
+    try:
+        for source in ('pavi://a/b.pth', 's3://bucket/a.pth', 'open-mmlab:s3://b/a.pth',
+                       f'other://{path}', 'open-mmlab://no-such-model'):
+            with pytest.raises(UnreadableCheckpointError) as e:
+                _load_checkpoint(source)
+            assert source in str(e.value) and '\n' not in str(e.value), str(e.value)
+    finally:
+        del CheckpointLoader._schemes['other://']
+    assert not osp.exists(marker)
+    # every scheme mmengine registered has mmdcs's loader
+    from mmdcs.utils.compat import SCHEMES
+    assert set(CheckpointLoader._schemes.values()) <= set(SCHEMES.values())
 
 
 def test_safetensors_weights_load_everywhere_weights_are_read(tmp_path):
@@ -279,7 +332,7 @@ def test_train_tool_refuses_crafted_and_corrupt_checkpoints(how, evil, corrupt, 
     code, err = run_main('tools/train.py', argv(path), capsys)
     line = _assert_refused(code, err, path, marker)
     if how == 'resume':
-        assert f"only when this run wrote it: its sha256 recorded in " \
+        assert f"only when this run wrote it: its tag under your key recorded in " \
             f"{osp.join(osp.realpath(work), MANIFEST)}" in line
     if how in ('resume', 'init_cfg'):
         code, err = run_main('tools/train.py', argv(corrupt['truncated']), capsys)
@@ -407,7 +460,7 @@ def test_exported_and_converted_weights_load_through_the_safe_path(tmp_path, cap
 def test_resume_refuses_a_crafted_file_planted_in_the_work_dir(how, evil, tiny_digits, tmp_path,
                                                                capsys):
     """``--resume WORK_DIR/epoch_1.pth`` (or ``--resume`` finding it through last_checkpoint)
-    used to trust any file inside the work dir: now only one whose sha256 the run recorded."""
+    used to trust any file inside the work dir: now only one whose tag the run recorded."""
     path, marker = evil
     work = tmp_path / 'work'
     work.mkdir()
@@ -424,14 +477,69 @@ def test_resume_refuses_a_crafted_file_planted_in_the_work_dir(how, evil, tiny_d
     assert osp.join(osp.realpath(str(work)), MANIFEST) in line
 
 
+def test_only_train_resume_trusts_only_the_work_dirs_own_keyed_manifest(evil, tmp_path):
+    """The manifest makes a file trusted only (1) lying directly in the work dir of the run
+    ``tools/train.py`` resumes — not in a directory below it with a manifest of its own — (2)
+    with a line its user's key made: a sha256 line forged by whoever can write the work dir is
+    not; (3) under train.py's resume: tools/test.py, pytorch2onnx.py ... with ``resume=True``
+    in their config trust nothing; (4) the key is private (0600), else nothing is trusted and
+    the refusal says why."""
+    import argparse
+
+    from mmengine.config import Config
+
+    from mmdcs.apis.launch import set_checkpoint_trust
+    path, marker = evil
+    work = tmp_path / 'work'
+    (work / 'sub').mkdir(parents=True)
+    planted = str(work / 'epoch_1.pth')
+    nested = str(work / 'sub' / 'epoch_1.pth')
+    for p in (planted, nested):
+        shutil.copy(path, p)
+    record_checkpoint(nested)  # a manifest of its own, even with a valid line: not the work dir's
+    with open(str(work / MANIFEST), 'w') as f:  # a line forged with the file's plain digest
+        f.write(f'{hashlib.sha256(open(planted, "rb").read()).hexdigest()}  epoch_1.pth\n')
+    args = argparse.Namespace(trust_checkpoint=False)
+    cfg = Config(dict(work_dir=str(work), resume=True))
+    for how in ({}, {'resume': True}):  # as test.py, pytorch2onnx.py ...; as train.py
+        with trust_scope():
+            set_checkpoint_trust(args, cfg, **how)
+            for p in (planted, nested):
+                with pytest.raises(UnsafeCheckpointError):
+                    load_checkpoint_file(p)
+    assert not osp.exists(marker), 'a forged or nested manifest was trusted'
+    record_checkpoint(planted)  # what a run of this user records: trusted, by train.py only
+    with trust_scope():
+        set_checkpoint_trust(args, cfg)
+        with pytest.raises(UnsafeCheckpointError):
+            load_checkpoint_file(planted)
+    key = ckpt_module.key_path()
+    assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    with trust_scope():
+        set_checkpoint_trust(args, cfg, resume=True)
+        os.chmod(key, 0o644)  # a key others can read is no key
+        try:
+            with pytest.raises(UnsafeCheckpointError, match='not a private file of this user'):
+                load_checkpoint_file(planted)
+        finally:
+            os.chmod(key, 0o600)
+        assert not osp.exists(marker)
+        load_checkpoint_file(planted)
+    assert osp.exists(marker)
+
+
 def _manifest(work):
     with open(osp.join(work, MANIFEST)) as f:
         return {n: d for d, n in (ln.rstrip('\n').split('  ', 1) for ln in f)}
 
 
-def _sha256(path):
+def _tag(path):
+    """The manifest's record of a file: HMAC-SHA256 under the user's key (made on first use,
+    in the test session's MMDCS_CONFIG_DIR)."""
+    key, problem = ckpt_module.manifest_key(create=True)
+    assert key is not None, problem
     with open(path, 'rb') as f:
-        return hashlib.sha256(f.read()).hexdigest()
+        return hmac.new(key, f.read(), hashlib.sha256).hexdigest()
 
 
 @pytest.mark.xdist_group('train')
@@ -474,10 +582,59 @@ def test_training_writes_checkpoints_atomically_never_through_a_symlink(tiny_dig
     second = _manifest(work)  # every checkpoint there (best_*.pth too), no removed one
     assert {n for n in os.listdir(work) if n.endswith('.pth')} == set(second) >= {
         'epoch_1.pth', 'epoch_2.pth'}
-    assert all(second[n] == _sha256(osp.join(work, n)) for n in second)
+    assert all(second[n] == _tag(osp.join(work, n)) for n in second)
     assert f"{second['epoch_1.pth']}  epoch_1.pth\n" in first
     assert not [n for n in os.listdir(work) if '.tmp-' in n]
     assert 'resumed epoch: 1' in capsys.readouterr().out
+
+
+def test_a_run_writes_nothing_through_links_planted_in_the_work_dir(tmp_path, monkeypatch):
+    """Besides its checkpoints, a Runner (tools/train.py's and tools/test.py's, mmdet's own)
+    writes the config dump ``WORK_DIR/<config name>.py`` and, in ``WORK_DIR/<timestamp>/``, its
+    log, ``vis_data/`` (scalars.json, the config, the JSON log) and a test's images. A link
+    planted under the config's name is replaced, its target untouched; one planted under the
+    run's timestamp is refused (not followed); the directory the run makes is its own, and a
+    second run of the same second uses it."""
+    import types
+
+    import torch.nn as nn
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+    import mmengine.runner.runner as runner_module
+    cfg_path = tmp_path / 'tiny.py'
+    cfg_path.write_text("default_scope = 'mmengine'\n")
+    cfg = Config.fromfile(str(cfg_path))
+    work = tmp_path / 'work'
+    work.mkdir()
+    victim = tmp_path / 'victim.txt'
+    victim.write_text('precious\n')
+    (work / 'tiny.py').symlink_to(victim)
+    now = 1.8e9  # the second the run starts: the timestamp it names its directory after
+    stamp = time.strftime('%Y%m%d_%H%M%S', time.localtime(now))
+    monkeypatch.setattr(runner_module, 'time', types.SimpleNamespace(
+        time=lambda: now, strftime=time.strftime, localtime=time.localtime))
+    victim_dir = tmp_path / 'victim_dir'
+    victim_dir.mkdir()
+    (work / stamp).symlink_to(victim_dir, target_is_directory=True)
+
+    def run():
+        return Runner(model=nn.Linear(2, 2), work_dir=str(work), cfg=cfg,
+                      default_scope='mmengine', experiment_name=f'planted-{id(work)}')
+
+    with pytest.raises(FileExistsError) as e:
+        run()
+    assert e.value.filename == str(work / stamp) and 'not followed' in e.value.strerror
+    assert os.listdir(victim_dir) == [] and victim.read_text() == 'precious\n'
+    os.remove(str(work / stamp))
+    runner = run()
+    runner.visualizer.add_scalars({'loss': 1.0}, step=1)
+    runner.logger.info('a line of the log')
+    assert os.listdir(victim_dir) == [] and victim.read_text() == 'precious\n'
+    assert not osp.islink(str(work / 'tiny.py'))
+    assert 'default_scope' in (work / 'tiny.py').read_text()
+    assert osp.isdir(str(work / stamp)) and not osp.islink(str(work / stamp))
+    assert osp.isfile(str(work / stamp / 'vis_data' / 'scalars.json'))
+    run()  # the same second again: its own directory, used as it is
 
 
 def test_atomic_write_replaces_a_link_keeps_the_old_file_on_failure_and_the_umask(tmp_path,

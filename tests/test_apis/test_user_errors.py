@@ -186,6 +186,24 @@ def test_a_string_where_a_number_is_expected(option, expected, capsys):
     assert line.startswith(expected), line
 
 
+def test_a_config_file_mmengine_cannot_read_is_one_line(tmp_path, capsys):
+    """The one reader of config files (``load_config``, every tool): a Python config with a
+    syntax error, broken JSON or YAML, bytes that are not UTF-8 — one line naming the file."""
+    from mmdcs.apis.launch import load_config
+
+    def load(path):
+        with user_errors():
+            load_config(path)
+
+    files = {'syntax.py': b'model = dict(\n', 'broken.json': b'{"model": ',
+             'broken.yaml': b'model: [1, 2\n  - x: :\n', 'bytes.py': b"a = '\xff'\n"}
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+        path = str(tmp_path / name)
+        line = _one_line_exit_2(capsys, load, path)
+        assert line.startswith(f'error: {path}: not a config mmengine can read ('), line
+
+
 def test_cfg_options_without_key_value_is_one_line(capsys):
     from mmdcs.apis.launch import ToolParser, add_cfg_options
     parser = ToolParser(prog='tool.py')

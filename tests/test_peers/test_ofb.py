@@ -299,7 +299,8 @@ def test_bad_arch_files_raise_clear_errors(tmp_path):
         _classifier(search=None, arch_file=str(tmp_path / 'missing.json'))
     bad = tmp_path / 'bad.json'
     bad.write_text('{not json')
-    with pytest.raises(ArchFileError, match='not a JSON'):
+    with pytest.raises(ArchFileError, match='bad.json: not a valid OFB arch file .corrupt or '
+                       'truncated JSON'):
         _classifier(search=None, arch_file=str(bad))
     with pytest.raises(ValueError, match='either arch_file'):
         _classifier(search=None, arch_file=good, search_space=('mlp', ))

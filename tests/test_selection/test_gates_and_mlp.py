@@ -194,6 +194,33 @@ def test_subnet_check_refuses_what_does_not_fit(mutate, message):
         SubnetSpec.from_dict(d).check('tiny', 'a', selector_layout(model), 'dcs')
 
 
+def test_malformed_subnet_files_are_one_line(tmp_path):
+    """The subnet reader (and every JSON reader: :mod:`mmdcs.selection.jsonio`) refuses in one
+    line naming the file what Python's reader accepted or tripped on: 1e400 / Infinity (an
+    infinite width), a "meta" or "kept" of another type, 200,000-deep nesting
+    (RecursionError), a byte that is not UTF-8."""
+    model = _Tiny()
+    text = json.dumps(export_subnet(model, 'tiny', 'a', 'dcs').to_dict())
+    d = json.loads(text)
+    bad = {'huge.json': text.replace('"dim": 16', '"dim": 1e400', 1),
+           'infinity.json': text.replace('"dim": 16', '"dim": Infinity', 1),
+           'deep.json': '[' * 200000 + ']' * 200000, 'empty.json': ''}
+    for name, key, value in (('meta-str', 'meta', 'abc'), ('meta-list', 'meta', [1, 2]),
+                             ('kept-str', 'kept', 'abc'), ('kept-null', 'kept', None)):
+        mutated = json.loads(text)
+        (mutated if key == 'meta' else mutated['blocks'][0])[key] = value
+        bad[f'{name}.json'] = json.dumps(mutated)
+    for name, content in bad.items():
+        (tmp_path / name).write_text(content)
+    (tmp_path / 'bytes.json').write_bytes(text.encode()[:30] + b'\xff' + text.encode()[30:])
+    for name in list(bad) + ['bytes.json']:
+        path = str(tmp_path / name)
+        with pytest.raises(SubnetError) as e:
+            SubnetSpec.load(path)
+        assert str(e.value).startswith(f'{path}: ') and '\n' not in str(e.value), str(e.value)
+    assert SubnetSpec.from_dict(d).to_dict() == d
+
+
 def test_cost_model_paper_and_flops_follow_expected_kept():
     sel = ChannelSelector(8, gate_init=0.)
     tau = float(sel.gate.tau)

@@ -324,6 +324,26 @@ def test_benchmark_onnx_interleaves_and_reports_the_graph_flops_ratio(tmp_path, 
     with pytest.raises(SystemExit) as e:
         bench.main([fixed, fixed, '--batch', '2'])
     assert e.value.code == 2 and '--dynamic-batch' in capsys.readouterr().err
+    # a file that is no ONNX model (empty, random bytes, truncated): one line naming it, exit 2,
+    # from the one reader of ONNX files (benchmark_onnx.py, test_onnx.py, the sessions)
+    data = open(fixed, 'rb').read()
+    broken = {'empty.onnx': b'', 'truncated.onnx': data[:len(data) // 2],
+              'random.onnx': bytes(torch.randint(0, 256, (4096, ),
+                                                 generator=torch.Generator().manual_seed(0))
+                                   .to(torch.uint8).tolist())}
+    for name, content in broken.items():
+        path = str(tmp_path / name)
+        with open(path, 'wb') as f:
+            f.write(content)
+        with pytest.raises(SystemExit) as e:
+            bench.main([path, paths['pruned'], '--batch', '1'])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and 'Traceback' not in err and f'error: {path} is not a' in err
+        from mmdcs.apis.deploy import ort_session, read_onnx
+        from mmdcs.apis.launch import UserError
+        for read in (read_onnx, ort_session):
+            with pytest.raises(UserError, match=f'{path} is not a'):
+                read(path)
 
 
 def test_metric_comparison_reads_numpy_scalars_and_points():

@@ -38,7 +38,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
                                non_negative_int, positive_float, positive_int, positive_size,
-                               set_checkpoint_trust, user_errors)
+                               run_program, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_dir, refuse_overwrite,
                                 staged_directory)
 
@@ -230,4 +230,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -32,8 +32,8 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from mmdcs.analysis.complexity import backbone_class
-from mmdcs.apis.launch import (ToolParser, UserError, positive_int, positive_size, unit_ratio,
-                                user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, positive_int, positive_size, run_program,
+                               unit_ratio, user_errors)
 from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.models.backbones import VARIANTS
 from mmdcs.registry import MODELS
@@ -230,4 +230,4 @@ def main(argv=None):
         memory_benchmark(args)
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

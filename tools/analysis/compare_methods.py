@@ -44,8 +44,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmdcs.apis.compare import METHODS, MODELS, RESOURCES, RETRAIN, compare, merge  # noqa: E402
 from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
-                               positive_int,
-                               user_errors)
+                               positive_int, run_program, user_errors)
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 
@@ -114,4 +113,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -77,8 +77,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, non_negative_float,
-                               non_negative_int, positive_int, positive_size, unit_ratio,
-                               user_errors)
+                               non_negative_int, positive_int, positive_size, run_program,
+                               unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 
@@ -443,4 +443,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -19,8 +19,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, positive_float, positive_int,
-                               positive_size, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, positive_float, positive_int, positive_size,
+                               run_program, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_json)
 
@@ -72,4 +72,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -18,7 +18,7 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import ToolParser, UserError, user_errors
+from mmdcs.apis.launch import ToolParser, UserError, run_program, user_errors
 from mmdcs.apis.outputs import (add_force_argument, check_output_dir, refuse_overwrite,
                                 staged_directory)
 
@@ -76,4 +76,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

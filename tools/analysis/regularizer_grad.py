@@ -22,8 +22,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
-                               positive_float, positive_int, set_checkpoint_trust, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_float,
+                               positive_int, run_program, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_texts
 
 
@@ -95,4 +95,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

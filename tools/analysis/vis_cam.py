@@ -24,7 +24,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_int,
-                               positive_size, set_checkpoint_trust, user_errors)
+                               positive_size, run_program, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_file,
                                 refuse_overwrite)
 
@@ -102,4 +102,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

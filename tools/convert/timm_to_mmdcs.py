@@ -26,8 +26,8 @@ except ImportError:
 
 import torch
 
-from mmdcs.apis.launch import (ToolParser, UserError, add_trust_flag, set_checkpoint_trust,
-                                user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, add_trust_flag, run_program,
+                               set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_file,
                                 refuse_overwrite)
 from mmdcs.models.backbones.base import backbone_classes
@@ -104,4 +104,4 @@ def convert(args) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

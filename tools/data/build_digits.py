@@ -16,7 +16,7 @@ except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
         osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import ToolParser, positive_int, unit_ratio  # noqa: E402
+from mmdcs.apis.launch import ToolParser, positive_int, run_program, unit_ratio  # noqa: E402
 from mmdcs.datasets.digits import build_all  # noqa: E402
 
 
@@ -110,4 +110,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -20,7 +20,7 @@ try:
 except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import ToolParser, positive_int  # noqa: E402
+from mmdcs.apis.launch import ToolParser, positive_int, run_program  # noqa: E402
 from mmdcs.datasets.imagenet_subset import build_imagenet_subset  # noqa: E402
 
 
@@ -57,4 +57,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

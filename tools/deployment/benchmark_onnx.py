@@ -31,8 +31,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, non_negative_int, positive_int,
-                                positive_size, unit_ratio, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, non_negative_int, positive_int, positive_size,
+                               run_program, unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_dir, check_output_file,
                                 refuse_overwrite, write_json)
 
@@ -85,20 +85,22 @@ def time_torch(models: dict, x, warmup: int, repeats: int, threads: int) -> dict
     return {n: v['rounds'] for n, v in t.items()}
 
 
-def _check_batchable(path: str, batches) -> None:
-    import onnx
-    model = onnx.load(path, load_external_data=False)
-    dim = model.graph.input[0].type.tensor_type.shape.dim[0]
-    if dim.HasField('dim_value') and any(b != dim.dim_value for b in batches):
-        raise UserError(f'{path} has a fixed batch of {dim.dim_value}; export it with '
-                        f'--dynamic-batch to time batches {list(batches)}')
-
-
 def input_shape(path: str):
-    import onnx
-    model = onnx.load(path, load_external_data=False)
-    return [d.dim_value if d.HasField('dim_value') else None
-            for d in model.graph.input[0].type.tensor_type.shape.dim]
+    """The shape of the model's input (None for a dynamic dimension): an image batch
+    (N, C, H, W) with fixed C, H, W, else one line."""
+    from mmdcs.apis.deploy import read_onnx
+    dims = read_onnx(path).graph.input[0].type.tensor_type.shape.dim
+    shape = [d.dim_value if d.HasField('dim_value') else None for d in dims]
+    if len(shape) != 4 or None in shape[1:]:
+        raise UserError(f'{path}: its input has the shape {shape}, not an image batch '
+                        '(N, C, H, W) with a fixed C, H, W')
+    return shape
+
+
+def _check_batchable(shape, path: str, batches) -> None:
+    if shape[0] is not None and any(b != shape[0] for b in batches):
+        raise UserError(f'{path} has a fixed batch of {shape[0]}; export it with '
+                        f'--dynamic-batch to time batches {list(batches)}')
 
 
 def export_pair(args, work_dir: str) -> dict:
@@ -167,12 +169,9 @@ def _run(args, work_dir) -> list:
         paths = dict(baseline=pair['baseline']['path'], pruned=pair['pruned']['path'])
     else:
         paths = dict(baseline=args.baseline, pruned=args.pruned)
-        for p in paths.values():
-            if not osp.isfile(p):
-                raise UserError(f'ONNX file not found: {p}')
-    for p in paths.values():
-        _check_batchable(p, args.batch)
     shapes = {n: input_shape(p) for n, p in paths.items()}
+    for n, p in paths.items():
+        _check_batchable(shapes[n], p, args.batch)
     if shapes['baseline'][1:] != shapes['pruned'][1:]:
         raise UserError(f'the two models take different inputs: {shapes["baseline"]} vs '
                         f'{shapes["pruned"]}')
@@ -241,4 +240,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -27,8 +27,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                                positive_float, positive_int, positive_size,
-                                set_checkpoint_trust, user_errors)
+                               positive_float, positive_int, positive_size, run_program,
+                               set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite
 
 
@@ -154,4 +154,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

@@ -21,8 +21,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                                non_negative_float, non_negative_int, positive_int,
-                                set_checkpoint_trust, user_errors)
+                               non_negative_float, non_negative_int, positive_int, run_program,
+                               set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
@@ -82,6 +82,7 @@ def run(args) -> dict:
     load_model_checkpoint(model, args.checkpoint)
     set_export_mode_(model)
     kind = model_kind(model)
+    # the one reader of ONNX files: a broken file is one line
     exported = read_metadata(args.onnx).get('mmdcs.kind')
     if kind not in ('detector', 'segmentor'):
         raise UserError(f'{args.config}: a {kind}; this tool evaluates detectors and '
@@ -126,4 +127,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    run_program(main)

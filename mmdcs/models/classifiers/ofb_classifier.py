@@ -74,6 +74,11 @@ class OFBClassifier(ImageClassifier):
             dict(type='CutMix', alpha=1.0)])``; needs a head loss that takes soft labels).
     """
 
+    #: what the model keeps of a search beside its network (PMIM's masking share, whether the
+    #: search is over, the PMIM decoder): saved in checkpoints, not part of the compact network
+    #: (:func:`mmdcs.selection.search_state_keys`)
+    search_state_names = ('keep_ratio', 'search_done', 'decoder')
+
     def __init__(self, backbone: dict, neck: Optional[dict] = None, head: Optional[dict] = None,
                  search: Optional[dict] = None, pretrained: Optional[str] = None,
                  train_cfg: Optional[dict] = None, data_preprocessor: Optional[dict] = None,

@@ -80,6 +80,11 @@ class ChannelSelectionClassifier(ImageClassifier):
             (:mod:`mmdcs.regularizers`: ``IBState``, ``KCRState``, ``NystromKCR``).
     """
 
+    #: what the model keeps of a search beside its network (the budget's multiplier μ, with a
+    #: target): saved in checkpoints, not part of the network
+    #: (:func:`mmdcs.selection.search_state_keys`)
+    search_state_names = ('cost_mu', )
+
     def __init__(self, backbone: dict, neck: Optional[dict] = None, head: Optional[dict] = None,
                  cost: Optional[dict] = None, regularizer: Optional[dict] = None,
                  pretrained: Optional[str] = None, train_cfg: Optional[dict] = None,

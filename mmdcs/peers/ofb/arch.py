@@ -14,6 +14,8 @@ import json
 import os.path as osp
 from typing import Dict, List, Union
 
+from mmdcs.selection.jsonio import read_json
+
 ARCH_FORMAT = 'mmdcs-ofb-arch/1'
 BLOCK_KEYS = ('num_heads', 'head_dim', 'mlp_hidden')
 
@@ -27,11 +29,7 @@ def load_arch(arch: Union[str, dict]) -> dict:
     if isinstance(arch, str):
         if not osp.isfile(arch):
             raise ArchFileError(f'OFB arch file not found: {arch}')
-        try:
-            with open(arch) as f:
-                arch = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ArchFileError(f'{arch} is not a JSON file: {e}') from e
+        arch = read_json(arch, ArchFileError, 'OFB arch', expect=None)
     if not isinstance(arch, dict):
         raise ArchFileError(f'an OFB arch must be a dict, got {type(arch).__name__}')
     if arch.get('format') != ARCH_FORMAT:
