@@ -38,7 +38,9 @@ def _retrain_cfg(kind, data_root, work_dir, subnet, epochs=2, **extra):
         'train_dataloader.dataset.data_root': cls, 'val_dataloader.dataset.data_root': cls,
         'train_dataloader.num_workers': 0, 'train_dataloader.persistent_workers': False,
         'val_dataloader.num_workers': 0, 'val_dataloader.persistent_workers': False,
-        'train_dataloader.batch_size': 16, 'default_hooks.logger.interval': 1,
+        # 48 images: 3 steps an epoch
+        'train_dataloader.batch_size': 16, 'train_dataloader.dataset.indices': 48,
+        'default_hooks.logger.interval': 1,
         'default_hooks.checkpoint.save_best': None, 'default_hooks.checkpoint.max_keep_ckpts': -1,
     })
     cfg.merge_from_dict(extra)
