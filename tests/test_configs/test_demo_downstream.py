@@ -4,9 +4,10 @@ The SSDLite and Semantic-FPN demos train through ``tools/train.py`` with a rando
 DCS-MobileViT-XS subnet (the detector also initialises its backbone from a classifier checkpoint
 through its ``init_cfg``, as the demo does), then ``tools/test.py --metrics-out`` evaluates the
 checkpoint and writes the real metrics: a few iterations on 12 + 6 scenes of 128x128 per config
-(train.py's ``main`` in this process, test.py as a user runs it: two tool processes in all). The optional Mask R-CNN demo (about 2.5x the SSDLite cost, not
-part of tools/demo.py) is checked in-process: its data pipeline yields masks, and its detector
-takes a training step and predicts masks."""
+(train.py's ``main`` in this process, test.py as a user runs it: two tool processes in all).
+The optional Mask R-CNN demo (about 2.5x the SSDLite cost, not part of tools/demo.py) is checked
+in-process: its data pipeline yields masks, and its detector takes a training step and predicts
+masks."""
 import json
 import os
 import os.path as osp
