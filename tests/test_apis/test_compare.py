@@ -138,18 +138,18 @@ def test_compare_writes_reports_and_refuses_bad_input(tmp_path):
 
 @pytest.mark.xdist_group('train')
 def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
-    """One model, two methods (magnitude, uniform), one budget, one seed, 1 epoch on the tiny
-    digits set, through tools/train.py and tools/export_subnet.py: rows with the subnets'
-    measured ratios and widths; a second call runs nothing."""
+    """One model, two methods (magnitude, uniform), one budget, one seed, 1 epoch on 32 images
+    of the tiny digits set (one step), through tools/train.py and tools/export_subnet.py: rows
+    with the subnets' measured ratios and widths; a second call runs nothing."""
     from mmdcs.apis.compare import Runner
     out = str(tmp_path / 'cmp')
     quiet = ['train_dataloader.num_workers=0', 'val_dataloader.num_workers=0',
              'test_dataloader.num_workers=0', 'train_dataloader.persistent_workers=False',
              'val_dataloader.persistent_workers=False']
-    runner = Runner(osp.join(out, 'runs'), tiny_digits, 1, 0, 'scratch', latency=False,
+    runner = Runner(osp.join(out, 'runs'), tiny_digits, 1, 32, 'scratch', latency=False,
                     extra=quiet)
     lines = []
-    rows = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
+    rows = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 32,
                    run_one=runner, log=lines.append)
     assert [r['method'] for r in rows] == ['baseline', 'magnitude', 'uniform']
     for r in rows[1:]:
@@ -158,7 +158,7 @@ def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
     uni = rows[2]['widths']
     assert len({round(k / d, 2) for k, d in uni.values()}) == 1  # one ratio in every block
     calls = []
-    again = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 0,
+    again = compare(['deit-tiny'], ['magnitude', 'uniform'], [0.7], [0], out, 1, 32,
                     run_one=_fake_run(calls), log=lines.append)
     assert calls == [] and again == rows
 

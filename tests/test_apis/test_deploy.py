@@ -64,17 +64,35 @@ def _assert_narrow(model, path):
     assert checked > 0
 
 
+@pytest.fixture(scope='module')
+def exported(tmp_path_factory):
+    """``exported(arch, size, form)``: (model, input, ONNX path, export_and_check's result) of
+    the baseline or the pruned subnet, exported once per module run, each file alone in its
+    folder. DeiT-Tiny's pair is exported with a dynamic batch: the MACs test reads the same
+    files at two batches."""
+    cache = {}
+
+    def export(arch, size, form):
+        if (arch, form) not in cache:
+            base, sub, spec = _pair(arch, size)
+            model = set_export_mode_(base if form == 'baseline' else sub)
+            g = torch.Generator().manual_seed(1)
+            x = torch.randn((1, 3, size, size), generator=g)
+            out = str(tmp_path_factory.mktemp(f'{arch}_{form}') / f'{arch}_{form}.onnx')
+            res = export_and_check(ExportWrapper(model, 'backbone'), x, out,
+                                   dynamic_batch=arch == 'deit-tiny')
+            cache[arch, form] = model, x, out, res
+        return cache[arch, form]
+
+    return export
+
+
 @pytest.mark.parametrize('form', ['baseline', 'pruned'])
 @pytest.mark.parametrize('arch,size', FAMILIES)
-def test_backbone_export_parity(tmp_path, arch, size, form):
-    base, sub, spec = _pair(arch, size)
-    model = set_export_mode_(base if form == 'baseline' else sub)
+def test_backbone_export_parity(exported, arch, size, form):
+    model, x, out, res = exported(arch, size, form)
     assert (model.subnet_spec is None) == (form == 'baseline')
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn((1, 3, size, size), generator=g)
-    out = str(tmp_path / f'{arch}_{form}.onnx')
-    res = export_and_check(ExportWrapper(model, 'backbone'), x, out)
-    assert osp.isfile(out) and os.listdir(tmp_path) == [osp.basename(out)]
+    assert osp.isfile(out) and os.listdir(osp.dirname(out)) == [osp.basename(out)]
     with torch.no_grad():
         ref = model(x)
     assert len(res['parity']) == len(ref) and all(r['ok'] for r in res['parity'])
@@ -88,17 +106,13 @@ def test_backbone_export_parity(tmp_path, arch, size, form):
         _assert_narrow(model, out)
 
 
-def test_pruned_vit_graph_macs_drop_by_exactly_the_pruned_channels(tmp_path):
+def test_pruned_vit_graph_macs_drop_by_exactly_the_pruned_channels(exported):
     """The MatMul/Gemm MACs onnxruntime computes for the pruned ViT are the baseline's minus
     2·N·hidden per pruned channel of every MLP (fc1 reads D̃, fc2 writes D̃); a graph with
     full-width (zero-padded) linear layers would not drop at all."""
     base, sub, spec = _pair('deit-tiny', 32)
-    x = torch.randn(1, 3, 32, 32)
-    paths = {}
-    for name, m in (('base', base), ('sub', sub)):
-        paths[name] = str(tmp_path / f'{name}.onnx')
-        export_and_check(ExportWrapper(set_export_mode_(m), 'backbone'), x, paths[name],
-                         dynamic_batch=True)
+    paths = {name: exported('deit-tiny', 32, form)[2]
+             for name, form in (('base', 'baseline'), ('sub', 'pruned'))}
     tokens = 1 + (32 // 16)**2
     hidden = base.mlp_hidden
     pruned = sum(b.dim - b.kept for b in spec.blocks)

@@ -176,6 +176,25 @@ def test_an_oserror_on_writing_is_one_line(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == f'error: {tmp_path}: Is a directory'
 
 
+def _in_process(argv, capsys):
+    """``main(argv[1:])`` of the tool ``argv[0]`` in this process, from the repository root, as
+    ``_refused`` reads a finished process (each tool here also runs as a process in the suite);
+    a ``main`` that returns is exit code 0."""
+    import types
+
+    from _tools import ROOT, load_tool
+    before = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        load_tool(argv[0]).main(list(argv[1:]))
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        os.chdir(before)
+    return types.SimpleNamespace(returncode=code, stderr=capsys.readouterr().err)
+
+
 def _refused(proc, path):
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith('error')]
@@ -199,7 +218,7 @@ def search_checkpoint(tmp_path_factory):
 
 
 def test_export_subnet_refuses_to_overwrite_then_force_replaces(search_checkpoint, tmp_path,
-                                                                  run_tool):
+                                                                  run_tool, capsys):
     out = tmp_path / 'export'
     out.mkdir()
     (out / 'subnet.json').write_text('a user\'s earlier search result')
@@ -208,21 +227,21 @@ def test_export_subnet_refuses_to_overwrite_then_force_replaces(search_checkpoin
     _refused(proc, osp.join(str(out), 'subnet.json'))
     assert _files(out) == ['subnet.json']
     assert (out / 'subnet.json').read_text() == 'a user\'s earlier search result'
-    proc = run_tool(['tools/export_subnet.py', SEARCH, search_checkpoint, '--out', str(out),
-                     '--no-verify', '--force'])
+    proc = _in_process(['tools/export_subnet.py', SEARCH, search_checkpoint, '--out', str(out),
+                        '--no-verify', '--force'], capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _files(out) == ['pruned.pth', 'subnet.json']  # no temporary file left
     assert (out / 'subnet.json').read_text().lstrip().startswith('{')
 
 
-def test_convert_refuses_to_overwrite(tmp_path, run_tool):
+def test_convert_refuses_to_overwrite(tmp_path, run_tool, capsys):
     pytest.importorskip('timm')
     dst = tmp_path / 'deit.pth'
     dst.write_bytes(b'earlier')
     args = ['tools/convert/timm_to_mmdcs.py', 'vit', 'deit-tiny', '--random-init', str(dst)]
     _refused(run_tool(args), str(dst))
     assert dst.read_bytes() == b'earlier'
-    proc = run_tool(args + ['--force'])
+    proc = _in_process(args + ['--force'], capsys)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert dst.stat().st_size > 1000 and _files(tmp_path) == ['deit.pth']
 
@@ -233,11 +252,11 @@ def test_convert_refuses_to_overwrite(tmp_path, run_tool):
     (['tools/analysis/complexity.py', SEARCH], '--out'),
     (['tools/analysis/ib_kc_report.py', SEARCH, 'missing.pth'], '--json'),
 ])
-def test_other_tools_refuse_before_any_work(tool, option, tmp_path, run_tool):
+def test_other_tools_refuse_before_any_work(tool, option, tmp_path, capsys):
     path = tmp_path / ('result.pkl' if option == '--out' and 'test.py' in tool[0] else
                        'result.json')
     path.write_text('earlier')
-    _refused(run_tool(tool + [option, str(path)]), str(path))
+    _refused(_in_process(tool + [option, str(path)], capsys), str(path))
     assert path.read_text() == 'earlier'
 
 

@@ -4,9 +4,10 @@ The SSDLite and Semantic-FPN demos train through ``tools/train.py`` with a rando
 DCS-MobileViT-XS subnet (the detector also initialises its backbone from a classifier checkpoint
 through its ``init_cfg``, as the demo does), then ``tools/test.py --metrics-out`` evaluates the
 checkpoint and writes the real metrics: a few iterations on 12 + 6 scenes of 128x128 per config
-(four tool subprocesses in all). The optional Mask R-CNN demo (about 2.5x the SSDLite cost, not
-part of tools/demo.py) is checked in-process: its data pipeline yields masks, and its detector
-takes a training step and predicts masks."""
+(train.py's ``main`` in this process, test.py as a user runs it: two tool processes in all).
+The optional Mask R-CNN demo (about 2.5x the SSDLite cost, not part of tools/demo.py) is checked
+in-process: its data pipeline yields masks, and its detector takes a training step and predicts
+masks."""
 import json
 import os
 import os.path as osp
@@ -72,15 +73,22 @@ def _check(proc, what):
         f'{what} failed (rc={proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
 
 
-def _train_and_test(run_tool, config, work_dir, options, ckpt_name):
-    """tools/train.py then tools/test.py --metrics-out; returns (metrics, train stdout).
+def _train_and_test(run_tool, capsys, config, work_dir, options, ckpt_name):
+    """tools/train.py (its ``main`` in this process) then tools/test.py --metrics-out (a
+    process); returns (metrics, train output).
 
     SSDLite predicts only with mmdcs' patch of mmdet 3.3.0's SSDHead (``SSDHead.loss_cls = None``,
     open-mmlab/mmdetection#11780), which the tools apply: they run unchanged here."""
+    from _tools import load_tool
     env = dict(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
-    proc = run_tool(['tools/train.py', config, '--work-dir', work_dir, '--no-pin-memory',
-                     '--cfg-options'] + options, env=env)
-    _check(proc, 'tools/train.py')
+    before = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        load_tool('tools/train.py').main([config, '--work-dir', work_dir, '--no-pin-memory',
+                                          '--cfg-options'] + options)
+    finally:
+        os.chdir(before)
+    train_log = capsys.readouterr()
     ckpt = osp.join(work_dir, ckpt_name)
     assert osp.isfile(ckpt), sorted(os.listdir(work_dir))
     metrics_file = osp.join(work_dir, 'metrics.json')
@@ -88,7 +96,7 @@ def _train_and_test(run_tool, config, work_dir, options, ckpt_name):
                           metrics_file, '--cfg-options'] + options, env=env)
     _check(proc_test, 'tools/test.py')
     with open(metrics_file) as f:
-        return json.load(f), proc.stdout + proc.stderr
+        return json.load(f), train_log.out + train_log.err
 
 
 def test_configs_parse_with_the_demo_settings():
@@ -132,7 +140,7 @@ def test_configs_parse_with_the_demo_settings():
 
 
 def test_ssdlite_demo_trains_and_reports_coco_map(tiny_digits, subnet_and_checkpoint, run_tool,
-                                                  tmp_path):
+                                                  tmp_path, capsys):
     subnet, ckpt = subnet_and_checkpoint
     scenes = osp.join(tiny_digits, 'scenes')
     options = _data_options(scenes, det=True) + [
@@ -143,7 +151,8 @@ def test_ssdlite_demo_trains_and_reports_coco_map(tiny_digits, subnet_and_checkp
         'default_hooks.checkpoint.interval=1', 'default_hooks.logger.interval=1',
     ]
     work_dir = str(tmp_path / 'ssdlite')
-    metrics, log = _train_and_test(run_tool, DET_CONFIG, work_dir, options, 'epoch_1.pth')
+    metrics, log = _train_and_test(run_tool, capsys, DET_CONFIG, work_dir, options,
+                                   'epoch_1.pth')
     assert ckpt in log  # the backbone was initialised from the classifier checkpoint
     keys = {f'coco/bbox_{k}' for k in ('mAP', 'mAP_50', 'mAP_75', 'mAP_s', 'mAP_m', 'mAP_l')}
     assert keys <= set(metrics), sorted(metrics)
@@ -154,7 +163,7 @@ def test_ssdlite_demo_trains_and_reports_coco_map(tiny_digits, subnet_and_checkp
 
 
 def test_segmenter_demo_trains_and_reports_miou(tiny_digits, subnet_and_checkpoint, run_tool,
-                                                tmp_path):
+                                                tmp_path, capsys):
     subnet, _ = subnet_and_checkpoint
     scenes = osp.join(tiny_digits, 'scenes')
     options = _data_options(scenes, det=False) + [
@@ -163,7 +172,7 @@ def test_segmenter_demo_trains_and_reports_miou(tiny_digits, subnet_and_checkpoi
         'default_hooks.checkpoint.interval=3', 'default_hooks.logger.interval=1',
     ]
     work_dir = str(tmp_path / 'seg')
-    metrics, _ = _train_and_test(run_tool, SEG_CONFIG, work_dir, options, 'iter_3.pth')
+    metrics, _ = _train_and_test(run_tool, capsys, SEG_CONFIG, work_dir, options, 'iter_3.pth')
     assert {'aAcc', 'mIoU'} <= set(metrics), sorted(metrics)
     # mmseg reports percentages
     assert 0.0 <= metrics['mIoU'] <= 100.0

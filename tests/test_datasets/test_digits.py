@@ -378,33 +378,29 @@ def test_skip_existing(tmp_path):
     assert not (tmp_path / 'build_info.json').exists()
 
 
-def test_cli_from_other_directory(tmp_path):
+def test_cli_from_other_directory(tmp_path, capsys):
+    """The tool as a user runs it, from another directory and without PYTHONPATH; its
+    --skip-existing and its refusal of a bad size through the same ``main`` in this process."""
+    from _tools import load_tool, run_main
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
-    cmd = [
-        sys.executable, CLI, '--out', 'digits', '--size', '8',
-        '--max-per-class', '2', '--canvas', '32', '--scenes-train', '2',
-        '--scenes-val', '1', '--seed', '5'
-    ]
+    args = ['--out', 'digits', '--size', '8', '--max-per-class', '2', '--canvas', '32',
+            '--scenes-train', '2', '--scenes-val', '1', '--seed', '5']
     run = subprocess.run(
-        cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+        [sys.executable, CLI] + args, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert 'built' in run.stdout and '10 train + 10 val' in run.stdout
     info = json.loads((tmp_path / 'digits' / 'build_info.json').read_text())
     assert info['args']['seed'] == 5
-    run = subprocess.run(
-        cmd + ['--skip-existing'],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True)
-    assert run.returncode == 0 and 'skipped' in run.stdout
-    bad = subprocess.run(
-        cmd[:4] + ['--size', '60'],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True)
-    assert bad.returncode == 2 and '--size' in bad.stderr
+    before = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        load_tool('tools/data/build_digits.py').main(args + ['--skip-existing'])
+    finally:
+        os.chdir(before)
+    assert 'skipped' in capsys.readouterr().out
+    code, err = run_main('tools/data/build_digits.py', args[:2] + ['--size', '60'], capsys,
+                         cwd=str(tmp_path))
+    assert code == 2 and '--size' in err
 
 
 # --------------------------------------------------------------------------

@@ -166,14 +166,17 @@ def test_project_false_leaves_the_search_as_it_ended():
     assert _deployed_ratio(model) > 0.9 and not logged  # 3 steps: nothing pruned yet
 
 
-def test_train_tool_refuses_an_unreachable_target_in_one_line(run_tool, tiny_digits, tmp_path):
+def test_train_tool_refuses_an_unreachable_target_in_one_line(capsys, tiny_digits, tmp_path):
+    """tools/train.py's ``main`` in this process (its refusals as a process: test_tools)."""
+    from _tools import run_main
     cls = f'{tiny_digits}/cls'
-    r = run_tool(['tools/train.py', 'configs/demo/dcs-mobilevit-xs_search_digits.py',
-                  '--work-dir', str(tmp_path), '--cfg-options',
-                  'model.cost.target.flops=0.3', f'train_dataloader.dataset.data_root={cls}',
-                  f'val_dataloader.dataset.data_root={cls}'])
-    assert r.returncode == 2, r.stderr[-2000:]
-    err = [line for line in r.stderr.splitlines() if line.startswith('error:')]
+    code, stderr = run_main('tools/train.py', [
+        'configs/demo/dcs-mobilevit-xs_search_digits.py', '--work-dir', str(tmp_path),
+        '--cfg-options', 'model.cost.target.flops=0.3',
+        f'train_dataloader.dataset.data_root={cls}', f'val_dataloader.dataset.data_root={cls}'],
+        capsys)
+    assert code == 2, stderr[-2000:]
+    err = [line for line in stderr.splitlines() if line.startswith('error:')]
     assert len(err) == 1 and 'cost.target.flops = 0.3 cannot be met' in err[0]
     assert 'floor' in err[0] and 'ceiling' in err[0]
-    assert 'Traceback' not in r.stderr
+    assert 'Traceback' not in stderr

@@ -203,7 +203,8 @@ def _as_hook(obj):
 @pytest.mark.xdist_group('train')
 def test_resume_mid_search_restores_tau_alpha_and_optimizers(tiny_digits, tmp_path):
     from mmengine.runner import Runner
-    cfg = _search_cfg(tiny_digits, str(tmp_path), epochs=1)
+    few = {'train_dataloader.dataset.indices': 64}  # 64 images: a few steps of each kind
+    cfg = _search_cfg(tiny_digits, str(tmp_path), epochs=1, **few)
     runner = Runner.from_cfg(cfg)
     runner.train()
     model = runner.model
@@ -213,7 +214,7 @@ def test_resume_mid_search_restores_tau_alpha_and_optimizers(tiny_digits, tmp_pa
     assert osp.isfile(ckpt)
 
     cfg2 = _search_cfg(tiny_digits, str(tmp_path / 'resumed'), epochs=2, resume=True,
-                       load_from=ckpt)
+                       load_from=ckpt, **few)
     capture = _Capture()
     runner2 = Runner.from_cfg(cfg2)
     runner2.register_hook(_as_hook(capture))

@@ -51,8 +51,10 @@ def test_input_error_is_one_line_exit_2(capsys):
     assert err.count('\n') == 1 and err.startswith('error: ViT: the input size 72x72')
 
 
-def test_test_py_at_a_size_16_does_not_divide(tmp_path, run_tool, repo_root):
-    """tools/test.py with a classification pipeline that gives 72×72 images."""
+def test_test_py_at_a_size_16_does_not_divide(tmp_path, capsys, repo_root):
+    """tools/test.py (its ``main`` in this process) with a classification pipeline that gives
+    72×72 images."""
+    from _tools import run_main
     from mmdcs.datasets.digits import build_classification
     from mmdcs.apis.subnet_io import build_model, load_task_config
     build_classification(str(tmp_path / 'digits'), size=64, seed=0, max_per_class=2)
@@ -67,8 +69,9 @@ def test_test_py_at_a_size_16_does_not_divide(tmp_path, run_tool, repo_root):
     cfg, scope = load_task_config(str(cfg_path))
     ckpt = str(tmp_path / 'deit.pth')
     torch.save({'state_dict': build_model(cfg.model, scope).state_dict(), 'meta': {}}, ckpt)
-    proc = run_tool(['tools/test.py', str(cfg_path), ckpt, '--work-dir', str(tmp_path / 'wd')])
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert 'Traceback' not in proc.stderr, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.startswith('error')]
+    code, err = run_main('tools/test.py', [str(cfg_path), ckpt, '--work-dir',
+                                           str(tmp_path / 'wd')], capsys)
+    assert code == 2, err[-3000:]
+    assert 'Traceback' not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith('error')]
     assert len(lines) == 1 and 'not divisible by the patch size 16' in lines[0], lines

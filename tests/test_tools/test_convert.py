@@ -9,7 +9,7 @@ from mmengine.registry import DefaultScope
 from mmengine.runner import load_checkpoint
 
 from mmdcs.registry import MODELS
-from _tools import assert_close_scaled  # noqa: E402 (tests/ is on sys.path)
+from _tools import assert_close_scaled, run_main  # noqa: E402 (tests/ is on sys.path)
 
 
 def _classifier(backbone):
@@ -37,17 +37,19 @@ def test_convert_timm_checkpoint_file_gives_timm_logits(tmp_path, run_tool):
             assert_close_scaled(model(x, mode='tensor'), ref(x), 1e-4)
 
 
-def test_convert_refuses_bad_input(tmp_path, run_tool):
+def test_convert_refuses_bad_input(tmp_path, run_tool, capsys):
+    """One refusal through a real process (its exit code and one line), the others in this
+    process (the same ``main``)."""
     proc = run_tool(['tools/convert/timm_to_mmdcs.py', 'vit', 'vit-h14', '--random-init',
                      str(tmp_path / 'x.pth')])
     assert proc.returncode != 0 and "unknown arch 'vit-h14'" in proc.stderr
-    proc = run_tool(['tools/convert/timm_to_mmdcs.py', 'vit', 'deit-tiny',
-                     str(tmp_path / 'missing.pth'), str(tmp_path / 'x.pth')])
-    assert proc.returncode != 0 and 'source checkpoint not found' in proc.stderr
+    code, err = run_main('tools/convert/timm_to_mmdcs.py', [
+        'vit', 'deit-tiny', str(tmp_path / 'missing.pth'), str(tmp_path / 'x.pth')], capsys)
+    assert code != 0 and 'source checkpoint not found' in err
     # weights of another model (here: Swin-like keys) are not a ViT checkpoint
     torch.save({'layers.0.blocks.0.attn.relative_position_bias_table': torch.zeros(169, 3),
                 'head.fc.weight': torch.zeros(1000, 768)}, str(tmp_path / 'swin.pth'))
-    proc = run_tool(['tools/convert/timm_to_mmdcs.py', 'vit', 'deit-tiny',
-                     str(tmp_path / 'swin.pth'), str(tmp_path / 'x.pth')])
-    assert proc.returncode != 0
+    code, err = run_main('tools/convert/timm_to_mmdcs.py', [
+        'vit', 'deit-tiny', str(tmp_path / 'swin.pth'), str(tmp_path / 'x.pth')], capsys)
+    assert code != 0
     assert not osp.exists(str(tmp_path / 'x.pth'))

@@ -1,7 +1,9 @@
 """tools/deployment/pytorch2onnx.py and test_onnx.py: a classifier (dynamic batch, checkpoint),
 an SSDLite detector with a pruned DCS-MobileViT-XS backbone exported and evaluated in
 onnxruntime against PyTorch on the digit scenes, and the one-line errors (exit 2, no file left)
-for an op without an ONNX conversion and a missing checkpoint."""
+for an op without an ONNX conversion and a missing checkpoint. test_onnx.py and one refusal of
+pytorch2onnx.py run as a user runs them (a process: exit code, one error line); the other
+exports and refusals call the same ``main`` in this process."""
 import json
 import os
 import os.path as osp
@@ -13,7 +15,7 @@ pytest.importorskip('onnx')
 pytest.importorskip('onnxruntime')
 pytest.importorskip('onnxscript')
 
-from _tools import assert_close_scaled, load_tool  # noqa: E402 (tests/ is on sys.path)
+from _tools import assert_close_scaled, load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 ENV = dict(OMP_NUM_THREADS='1', MKL_NUM_THREADS='1')
@@ -53,13 +55,25 @@ def _ok(proc, what):
         f'{proc.stderr[-4000:]}'
 
 
-def _error_line(proc):
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith('error:')]
-    assert len(lines) == 1, proc.stderr[-3000:]
+def _one_error_line(err):
+    lines = [ln for ln in err.splitlines() if ln.startswith('error:')]
+    assert len(lines) == 1, err[-3000:]
     return lines[0]
 
 
-def test_classifier_with_checkpoint_dynamic_batch(tmp_path, run_tool):
+def _pytorch2onnx(argv, capsys):
+    """tools/deployment/pytorch2onnx.py's ``main(argv)`` in this process (from the repository
+    root); returns what it printed."""
+    before = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        _tool('pytorch2onnx').main(list(argv))
+    finally:
+        os.chdir(before)
+    return capsys.readouterr().out
+
+
+def test_classifier_with_checkpoint_dynamic_batch(tmp_path, capsys):
     from mmengine.config import Config
 
     from mmdcs.apis.subnet_io import build_model, load_task_config
@@ -70,11 +84,9 @@ def test_classifier_with_checkpoint_dynamic_batch(tmp_path, run_tool):
     ckpt = str(tmp_path / 'deit.pth')
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
     out = str(tmp_path / 'out' / 'deit.onnx')
-    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, ckpt, '--out', out,
-                     '--dynamic-batch'], env=ENV)
-    _ok(proc, 'pytorch2onnx.py')
-    assert 'logits' in proc.stdout and 'max abs diff' in proc.stdout
-    assert 'ONNX nodes' in proc.stdout and 'MiB' in proc.stdout
+    stdout = _pytorch2onnx([config, ckpt, '--out', out, '--dynamic-batch'], capsys)
+    assert 'logits' in stdout and 'max abs diff' in stdout
+    assert 'ONNX nodes' in stdout and 'MiB' in stdout
     assert os.listdir(osp.dirname(out)) == ['deit.onnx']
     # the file holds the checkpoint's weights: onnxruntime gives its logits at batch 3
     from mmdcs.apis.deploy import OrtModel
@@ -97,20 +109,20 @@ def test_unsupported_op_is_one_line_exit_2_and_no_file(tmp_path, run_tool):
     env = dict(ENV, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT]))
     proc = run_tool(['tools/deployment/pytorch2onnx.py', config, '--out', out], env=env)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    line = _error_line(proc)
+    line = _one_error_line(proc.stderr)
     assert "module 'neck' (HistNeck)" in line and 'aten::histc' in line, line
     assert 'Traceback' not in proc.stderr
     assert os.listdir(osp.dirname(out)) == []
 
 
-def test_missing_checkpoint_and_bad_out(tmp_path, run_tool):
+def test_missing_checkpoint_and_bad_out(tmp_path, capsys):
     config = _config(tmp_path, 'deit')
-    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, str(tmp_path / 'nope.pth'),
-                     '--out', str(tmp_path / 'm.onnx')], env=ENV)
-    assert proc.returncode == 2 and 'checkpoint not found' in _error_line(proc)
-    proc = run_tool(['tools/deployment/pytorch2onnx.py', config, '--out',
-                     str(tmp_path / 'm.pt')], env=ENV)
-    assert proc.returncode == 2 and '.onnx' in _error_line(proc)
+    code, err = run_main('tools/deployment/pytorch2onnx.py', [
+        config, str(tmp_path / 'nope.pth'), '--out', str(tmp_path / 'm.onnx')], capsys)
+    assert code == 2 and 'checkpoint not found' in _one_error_line(err)
+    code, err = run_main('tools/deployment/pytorch2onnx.py',
+                         [config, '--out', str(tmp_path / 'm.pt')], capsys)
+    assert code == 2 and '.onnx' in _one_error_line(err)
     assert not [f for f in os.listdir(tmp_path) if 'onnx' in f]
 
 
@@ -210,7 +222,7 @@ def _compare_raw_and_detections(model, cfg, onnx_path, rel=1e-4, perturb=None):
     return images, compared
 
 
-def test_ssdlite_pruned_backbone_onnx_matches_pytorch(tiny_digits, tmp_path, run_tool):
+def test_ssdlite_pruned_backbone_onnx_matches_pytorch(tiny_digits, tmp_path, run_tool, capsys):
     """SSDLite with a pruned DCS-MobileViT-XS backbone: exported (dynamic batch), checked, and
     evaluated on the digit scenes in onnxruntime + mmdet's post-processing in Python by
     test_onnx.py; then, in this process, the raw head tensors and the detections that do not
@@ -237,10 +249,9 @@ def test_ssdlite_pruned_backbone_onnx_matches_pytorch(tiny_digits, tmp_path, run
     ckpt = str(tmp_path / 'ssd.pth')
     torch.save({'state_dict': model.state_dict(), 'meta': {}}, ckpt)
     out = str(tmp_path / 'ssd.onnx')
-    proc = run_tool(['tools/deployment/pytorch2onnx.py', DET_CONFIG, ckpt, '--out', out,
-                     '--dynamic-batch', '--cfg-options'] + opts, env=ENV)
-    _ok(proc, 'pytorch2onnx.py')
-    assert 'cls_score0' in proc.stdout and 'bbox_pred3' in proc.stdout
+    stdout = _pytorch2onnx([DET_CONFIG, ckpt, '--out', out, '--dynamic-batch', '--cfg-options'] +
+                           opts, capsys)
+    assert 'cls_score0' in stdout and 'bbox_pred3' in stdout
     # the tool evaluates both sides; its metric verdict on an untrained head (mAP ~ 0, its
     # detections decided by near-ties) is not what this test checks: --tolerance 100
     metrics = str(tmp_path / 'metrics.json')
