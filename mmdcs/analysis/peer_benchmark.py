@@ -20,7 +20,7 @@ Both with ``MagnitudePruner`` (L2 magnitude, per-layer ratio, ``round_to`` chann
 ratio iterated until the FLOPs (``mmengine`` multiply-accumulates with the attention products,
 :func:`~mmdcs.analysis.complexity.count_flops`, the same counter as mmdcs's) are within ``tol``
 of mmdcs's subnet's. Every model is then timed **in the same run**, interleaved round by round
-(the order rotated every round), both clocks read around every call (:func:`time_interleaved`:
+(the order rotated every round), both clocks read around every call (:func:`time_all`:
 the wall clock, what a user waits, and with one thread the calling thread's CPU time, which a
 shared machine's scheduler does not inflate), medians; each ratio is against its own baseline
 (mmdcs's backbone, or timm's ``forward_features``). Random weights: timing depends on the widths
@@ -32,7 +32,6 @@ only.
 """
 import copy
 import math
-import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -40,9 +39,10 @@ import torch
 import torch.nn as nn
 
 from mmdcs.selection import SubnetSpec
+from mmdcs.selection.budget import Measure
 from .complexity import (backbone_class, build_backbone, count_flops, count_params,
                          flops_budget_subnet)
-from .latency import _size, num_threads
+from .latency import _size, time_models
 from .latency_target import latency_budget_spec
 
 #: the peer's rows
@@ -50,8 +50,6 @@ PEER_METHODS = ('hidden', 'hidden+heads')
 #: how to install the optional peer
 INSTALL_HINT = ('pip install torch-pruning==1.6.1 (the benchmark extra: pip install -e '
                 '".[bench]")')
-#: the clocks read around every timed call
-CLOCKS = {'wall': time.perf_counter, 'thread': time.thread_time}
 #: the columns of :func:`format_peer_benchmark`
 COLUMNS = ('model', 'method', 'flops_ratio', 'params_ratio', 'latency_ratio',
            'latency_ratio_thread', 'baseline_ms', 'pruned_ms')
@@ -316,34 +314,17 @@ def feature_params(features: TimmFeatures, example: torch.Tensor) -> int:
 
 
 # ----------------------------------------------------------------------------- timing
-@torch.inference_mode()
-def time_interleaved(models: Dict[str, nn.Module], x: torch.Tensor, rounds: int = 21,
-                     warmup: int = 3, threads: Optional[int] = 1,
-                     clocks: Optional[Dict[str, Callable[[], float]]] = None
-                     ) -> Dict[str, Dict[str, float]]:
-    """ms per call of every model, median of ``rounds`` rounds in which every model runs once,
-    the order rotated by one every round (no model always follows the same one); every clock of
-    ``clocks`` (default: wall clock and, with one thread, the calling thread's CPU time) is
-    read around the same call. Returns name → clock → median ms."""
-    if rounds < 1 or warmup < 0:
-        raise ValueError(f'need rounds >= 1, warmup >= 0; got {rounds}, {warmup}')
-    if clocks is None:
-        clocks = dict(CLOCKS) if threads == 1 else dict(wall=CLOCKS['wall'])
-    names = list(models)
-    out = {n: {c: [] for c in clocks} for n in names}
-    with num_threads(threads):
-        for m in models.values():
-            m.eval()
-        for _ in range(warmup):
-            for m in models.values():
-                m(x)
-        for r in range(rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                t0 = {c: clk() for c, clk in clocks.items()}
-                models[n](x)
-                for c, clk in clocks.items():
-                    out[n][c].append((clk() - t0[c]) * 1e3)
-    return {n: {c: statistics.median(v) for c, v in d.items()} for n, d in out.items()}
+def time_all(models: Dict[str, nn.Module], x: torch.Tensor, rounds: int = 21, warmup: int = 3,
+             threads: Optional[int] = 1, meter: Optional[Callable] = None,
+             runtime: str = 'torch') -> Dict[str, Dict[str, float]]:
+    """ms per call of every model in one run of the harness (:func:`~mmdcs.analysis.latency.
+    time_models`: interleaved rounds, the order rotated every round, medians), the wall clock
+    and, with one thread, the calling thread's CPU time read around the same calls (``meter``:
+    a synthetic one, tests). Returns name → clock → median ms."""
+    measure = Measure(runtime=runtime, threads=threads, batch=int(x.shape[0]), rounds=rounds,
+                      warmup=warmup, clock='thread' if threads == 1 else 'wall')
+    t = time_models(models, x, measure=measure, meter=meter)
+    return {n: v['clocks'] for n, v in t.items()}
 
 
 # ----------------------------------------------------------------------------- the benchmark
@@ -354,8 +335,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
                    peers: Sequence[str] = PEER_METHODS, hidden_only: bool = True,
                    tol: float = 0.01, threads: int = 1,
                    repeats: int = 21, warmup: int = 3, seed: int = 0, table_rounds: int = 5,
-                   table_timer: Optional[Callable] = None,
-                   clocks: Optional[Dict[str, Callable[[], float]]] = None,
+                   table_meter: Optional[Callable] = None, meter: Optional[Callable] = None,
                    progress: Optional[Callable[[str], None]] = None,
                    on_table: Optional[Callable[[dict], None]] = None) -> dict:
     """mmdcs at a latency target beside Torch-Pruning at the same FLOPs, one model, CPU, batch 1.
@@ -364,7 +344,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
         arch: e.g. ``'vit-s16'`` (its family names a timm model, ``timm_models``).
         target: mmdcs's latency target (ratio to the baseline, as predicted by the table).
         table, input_size, select_hidden, variant, method, multiple_of, table_rounds,
-            table_timer, seed, on_table: mmdcs's side
+            table_meter, seed, on_table: mmdcs's side
             (:func:`~mmdcs.analysis.latency_target.latency_budget_spec`; ``table`` None: the
             table is measured here).
         round_to: the peer's widths are rounded to multiples of it.
@@ -375,7 +355,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
             flops_budget_subnet`) at the same FLOPs: the peer's choice of units in mmdcs's
             implementation, which says whether a gap is the units or the implementation.
         tol: relative tolerance of the FLOPs match.
-        threads, repeats, warmup, clocks: the timing (:func:`time_interleaved`).
+        threads, repeats, warmup, meter: the timing (:func:`time_all`).
         progress: called with a line at every step.
 
     Returns:
@@ -393,7 +373,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
     spec, table, built, base, size, variant = latency_budget_spec(
         arch, target, 1, threads, 'cpu', 'fp32', variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
-        table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
+        table_rounds=table_rounds, table_meter=table_meter, seed=seed, progress=progress,
         on_table=on_table)
     torch.manual_seed(seed)
     pruned = build_backbone(arch, spec.variant, spec, size).eval()
@@ -475,7 +455,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
             + f' → FLOPs ratio {m.value:.4f} ({len(m.evaluations)} tries)')
 
     say(f'{arch}: timing {len(models)} models, {repeats} interleaved rounds, {threads} thread(s)')
-    timings = time_interleaved(models, x, repeats, warmup, threads, clocks)
+    timings = time_all(models, x, repeats, warmup, threads, meter)
     rows = []
     for meta in rows_meta:
         b, p = timings[meta['base']], timings[meta['name']]

@@ -11,7 +11,7 @@
 """
 from .attention import DCSAttention
 from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
-from .budget import (RESOURCES, BudgetError, LinearCost, alpha_scores, budget_subnet,
+from .budget import (BudgetError, LinearCost, alpha_scores, budget_subnet,
                      magnitude_scores, select_to_budget)
 from .gates import BinaryGumbelGate
 from .mlp import GatedMLP, PrunedMLP, mlp_residual
@@ -30,6 +30,6 @@ __all__ = [
     'hidden_prunable_modules', 'hidden_selectors', 'BlockSelection', 'SubnetSpec', 'SubnetError',
     'export_subnet', 'head_layout', 'head_prunable_modules', 'head_selectors',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
-    'arch_parameters', 'gates', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
+    'arch_parameters', 'gates', 'set_temperature', 'BudgetError', 'LinearCost',
     'alpha_scores', 'budget_subnet', 'magnitude_scores', 'select_to_budget'
 ]

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmdcs.analysis.latency_table import (WallTimer, _units, build_table, default_clock,
-                                          extra_modules, load_table, pruned_copy, random_widths,
-                                          timed_modules, validate, width_grid)
+from mmdcs.analysis.latency import Meter
+from mmdcs.analysis.latency_table import (_units, build_table, default_clock, extra_modules,
+                                          load_table, pruned_copy, random_widths, timed_modules,
+                                          validate, width_grid)
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.models.backbones.mobilevit import MobileViT
 from mmdcs.models.backbones.vit import ViT, Block
@@ -63,11 +64,11 @@ def test_clock_choice():
     assert default_clock('cpu', 1) == 'thread'  # one thread: the calling thread's CPU time
     assert default_clock('cpu', 2) == 'wall' and default_clock('cpu', None) == 'wall'
     with pytest.raises(ValueError, match='clock'):
-        WallTimer(clock='cycles')
+        Meter(['cycles'])
     calls = []
     for clock in ('wall', 'thread'):
-        t = WallTimer(min_time=0., clock=clock)(lambda: calls.append(1), nn.Identity())
-        assert t >= 0.
+        t = Meter([clock], min_time=0.)(lambda: calls.append(1), nn.Identity())
+        assert t[clock] >= 0.
     assert len(calls) == 2  # min_time 0: one call each
 
 
@@ -75,7 +76,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
     sup, base = _vit()
     lines = []
     table = build_table(sup, base, (32, 32), threads=1, rounds=3, warmup=0, multiple_of=32,
-                        timer=synthetic_timer, progress=lines.append)
+                        meter=synthetic_timer, progress=lines.append)
     assert lines and 'grid point' in lines[-1]
     assert table['baseline_ms'] == B and table['arch'] == 'deit-tiny'
     assert table['clock'] == 'injected'
@@ -106,7 +107,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
     assert again == json.loads(json.dumps(table))
     assert LatencyCost(again).count({}) == cost.count({})
     # validation with the same timer: the measured ratio is the synthetic one
-    v = validate(table, sup, base, k=3, rounds=2, warmup=0, timer=synthetic_timer)
+    v = validate(table, sup, base, k=3, rounds=2, warmup=0, meter=synthetic_timer)
     assert v['k'] == 3 and len(v['rows']) == 3
     for r in v['rows']:
         assert_close_scaled(r['measured_ratio'], r['predicted_ratio'], 1e-9)
@@ -116,7 +117,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
 def test_channel_only_units_are_curves():
     sup, base = _vit(select_hidden=False)
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=64,
-                        timer=synthetic_timer)
+                        meter=synthetic_timer)
     u = table['units'][0]
     assert u['hidden'] is None and u['grid_hidden'] is None
     assert u['grid_channels'] == [64, 128, 192]
@@ -139,7 +140,7 @@ def test_mobilevit_projection_is_charged_to_the_last_layer():
 def _table_file(tmp_path):
     sup, base = _vit(select_hidden=False)
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=96,
-                        timer=synthetic_timer)
+                        meter=synthetic_timer)
     path = tmp_path / 'table.json'
     text = json.dumps(table)
     path.write_text(text)
@@ -183,7 +184,7 @@ def test_the_export_greedy_meets_a_predicted_latency_budget():
     predicted latency target."""
     sup, base = _vit()
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=32,
-                        timer=synthetic_timer)
+                        meter=synthetic_timer)
     cost = LatencyCost.from_table(table, sup)
     for target in (0.8, 0.6):
         spec = budget_subnet(sup, 'vit', 'deit-tiny', 'kcr', magnitude_scores(sup), cost,

@@ -1,6 +1,6 @@
 """Side by side with Torch-Pruning (mmdcs.analysis.peer_benchmark), no assertion on any time:
 the FLOPs-matching loop on a fake pruner and counter (widths rounded to 8, whole heads) ends
-within ±1 % or says why not; the interleaved timer reads injected clocks; and, where
+within ±1 % or says why not; the harness reads injected clocks; and, where
 torch-pruning and timm are installed, a real DeiT-Tiny run at 32×32 whose rows have the
 structure promised (the peer's FLOPs within 1 % of mmdcs's, widths in groups of 8, a head
 left in every attention)."""
@@ -13,8 +13,9 @@ import torch.nn as nn
 
 import mmdcs.analysis.peer_benchmark as pb
 from mmdcs.analysis.complexity import build_backbone, count_flops, flops_budget_subnet
+from mmdcs.analysis.latency import Meter
 from mmdcs.analysis.peer_benchmark import (format_peer_benchmark, match_flops, match_ratio,
-                                           time_interleaved)
+                                           time_all)
 from mmdcs.models.backbones.base import backbone_class
 
 
@@ -110,14 +111,14 @@ class Ticker(nn.Module):
         return x
 
 
-def test_time_interleaved_reads_every_clock_around_the_same_call():
+def test_time_all_reads_every_clock_around_the_same_call():
     clock, order = [0.], []
     models = {n: Ticker(n, c, clock, order) for n, c in (('a', 2e-3), ('b', 5e-3), ('c', 1e-3))}
     def slow_clock():  # a second clock at half the rate
         return clock[0] / 2
 
-    out = time_interleaved(models, torch.zeros(1), rounds=4, warmup=1, threads=1,
-                           clocks=dict(wall=lambda: clock[0], thread=slow_clock))
+    out = time_all(models, torch.zeros(1), rounds=4, warmup=1, threads=1,
+                   meter=Meter(dict(wall=lambda: clock[0], thread=slow_clock)))
     assert out['a']['wall'] == pytest.approx(2.) and out['b']['wall'] == pytest.approx(5.)
     assert out['c']['thread'] == pytest.approx(0.5)
     # warm-up once each, then every round rotated by one
@@ -158,7 +159,7 @@ def test_a_real_tiny_run_has_the_promised_structure(monkeypatch):
 
     lines = []
     out = pb.peer_benchmark('deit-tiny', 0.7, input_size=SIZE, repeats=2, warmup=0,
-                            clocks=dict(wall=clock, thread=clock), progress=lines.append)
+                            meter=Meter(dict(wall=clock, thread=clock)), progress=lines.append)
     ours, own_hidden, hidden, heads = out['rows']
     pruned = build_backbone('deit-tiny', spec.variant, spec, SIZE).eval()
     base = build_backbone('deit-tiny', 'baseline', None, SIZE).eval()

@@ -1,13 +1,12 @@
-"""tools/analysis/latency.py --target-latency with synthetic timers (the table builder's and the
+"""tools/analysis/latency.py --target-latency with synthetic meters (the table builder's and the
 measurement's replaced; no assertion on any time): the table measured once and kept in --tables,
 read back on the next run; the printed row and the JSON agree; bad input is one line, exit 2."""
 import json
 
 import pytest
 
-import mmdcs.analysis.latency_table as latency_table
-import mmdcs.analysis.latency_target as latency_target
-from _tools import load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
+from _resource_costs import synthetic_meters  # noqa: E402 (tests/ is on sys.path)
+from _tools import load_tool, run_main  # noqa: E402
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.selection.mlp import PrunedMLP
 
@@ -28,19 +27,9 @@ def synthetic_ms(module):
     return total
 
 
-def synthetic_timer(fn, module):
-    return synthetic_ms(module) / 1e3
-
-
-def fake_time_models(models, inputs, warmup=3, repeats=10, threads=None, **kw):
-    return {n: dict(median_ms=synthetic_ms(m) * (1.1 if n == 'pruned' else 1.),
-                    threads=threads) for n, m in models.items()}
-
-
 @pytest.fixture
 def synthetic(monkeypatch):
-    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
-    monkeypatch.setattr(latency_target, 'time_models', fake_time_models)
+    return synthetic_meters(monkeypatch, synthetic_ms)
 
 
 def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
@@ -58,15 +47,13 @@ def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
     (saved, ) = json.loads((tmp_path / 'rows.json').read_text())['rows']
     assert saved['measured_ratio'] == row['measured_ratio'] and 'table' not in saved
 
-    def no_timing(**kw):
-        raise AssertionError('the kept table must be read, not measured again')
-    monkeypatch.setattr(latency_table, 'WallTimer', no_timing)
+    synthetic_meters(monkeypatch, synthetic_ms, table=False)
     (again, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.8', '--tables',
                                              str(tables)])
     assert not again['table_built'] and again['table_file'] == str(tables / name)
     assert abs(again['predicted_ratio'] - 0.8) <= 0.01
     # --validate: the predictor's error on random subnets, in the row, the table and the JSON
-    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
+    synthetic_meters(monkeypatch, synthetic_ms)
     (checked, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.8', '--tables',
                                                str(tables), '--validate', '2', '--json',
                                                str(tmp_path / 'checked.json')])
