@@ -60,7 +60,7 @@ from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, rea
 from mmdcs.selection.subnet import head_selectors, hidden_selectors, prunable_modules
 from . import latency as harness
 from .latency import (_ALLOCATOR, DTYPES, TorchRuntime, build_runtime, device_name,
-                      measure_pair, spread, time_interleaved)
+                      measure_pair, network_key, spread, time_interleaved)
 
 #: ``meter(fn, module)`` → seconds per call (:func:`mmdcs.analysis.latency.time_interleaved`)
 Meter_ = Callable[[Callable[[], object], nn.Module], object]
@@ -77,14 +77,16 @@ def default_clock(device: str, threads: Optional[int]) -> str:
 def width_grid(dim: int, multiple_of: int = 8) -> List[int]:
     """The widths a unit of full width ``dim`` is measured at: multiples of ``multiple_of``
     from ``multiple_of`` up, the step the largest multiple of ``multiple_of`` not above half
-    the width reached (at least ``multiple_of``), and ``dim`` itself; ``[dim]`` when
-    ``dim <= multiple_of``."""
+    the width reached (at least ``multiple_of``), one group below the full width (the step in
+    time when a block's first group goes: a block at full width has no gather / scatter), and
+    ``dim`` itself; ``[dim]`` when ``dim <= multiple_of``."""
     m = max(1, int(multiple_of))
     out, w = [], m
     while w < dim:
         out.append(w)
         w += max(m, (w // 2) // m * m)
-    return out + [int(dim)]
+    below = (dim - 1) // m * m  # the largest multiple of m below the full width
+    return sorted(set(out + [below] if below >= m else out)) + [int(dim)]
 
 
 def head_grid(heads: int, every: int = 16) -> List[int]:
@@ -430,7 +432,8 @@ class _Build:
 
     def _prepared_base(self):
         if not hasattr(self, '_base_fn'):
-            self._base_fn = self.runtime.prepare(self.base, (self.x, ), key='baseline')
+            self._base_fn = self.runtime.prepare(self.base, (self.x, ),
+                                                 key=network_key(self.base, self.x))
         return self._base_fn
 
     def _time(self, items) -> Dict[str, List[float]]:
@@ -609,8 +612,8 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
                 device: str = 'cpu', rounds: int = 5, warmup: int = 1, multiple_of: int = 8,
                 meter: Optional[Meter_] = None, seed: int = 0,
                 progress: Optional[Callable[[str], None]] = None, rotate: bool = True,
-                pool: bool = True, runtime=None, refine: int = 0,
-                noisy: Optional[float] = None) -> dict:
+                pool: bool = True, runtime=None, refine: int = 1,
+                noisy: Optional[float] = NOISY) -> dict:
     """Measure the latency table of ``backbone`` (an mmdcs supernet) on this device (see the
     module docs).
 

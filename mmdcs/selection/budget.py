@@ -628,9 +628,13 @@ class _Greedy:
     def finer(self, u, cost: float, total: float, budget: float, tolerance: float):
         """A removal that would end far below the budget gives way to the best group that
         does not, if any, else to the cheapest (a coarse, expensive group of one unit is not
-        the last word when cheaper groups of others can fill the budget): (unit, cost)."""
+        the last word when cheaper groups of others can fill the budget); only groups whose
+        removal saves something are candidates: (unit, cost)."""
         options = [(r, c, self.rank[v], v) for v in self.units
-                   if self.removed[v] < len(self.sizes[v]) for r, c in [self.ratio(v)]]
+                   if self.removed[v] < len(self.sizes[v]) for r, c in [self.ratio(v)]
+                   if c > 0]  # a group that adds time (a measured step) saves nothing
+        if not options:
+            return u, cost
         within = [o for o in options if total - o[1] >= budget - tolerance]
         best = min(within) if within else min(options, key=lambda o: (o[1], o[0], o[2]))
         if best[3] != u and best[1] < cost:
