@@ -220,14 +220,17 @@ class TorchRuntime:
     call of no arguments running the module once on those inputs; ``running()``, the context
     the calls run in; ``identity()``, what a measurement records of it; ``in_graph``, whether
     a module can be timed alone on the input it gets inside a network (onnxruntime times
-    exported graphs: a module becomes a graph of its own, cached by ``key``)."""
+    exported graphs: a module becomes a graph of its own, cached by ``key``);
+    ``writes_files``, whether a prepared network is a file (the callable's ``file``)."""
     name = 'torch'
     in_graph = True
+    #: whether a prepared network is a file the runtime runs (onnxruntime: its ONNX file)
+    writes_files = False
 
     def __init__(self, device: str = 'cpu', threads: Optional[int] = 1, dtype: str = 'fp32',
-                 workdir: Optional[str] = None):
+                 workdir: Optional[str] = None, keep_files: bool = False):
         self.device, self.threads, self.dtype = torch.device(device), threads, dtype
-        self.workdir = workdir
+        self.workdir = workdir  # PyTorch runs modules in memory: no file, nothing kept
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
         """An input on the runtime's device and dtype."""
@@ -255,7 +258,8 @@ _RUNTIMES: Dict[str, Callable] = {'torch': TorchRuntime}
 
 def register_runtime(name: str, cls: Callable) -> None:
     """Make ``name`` a runtime of tables and measurements (``--runtime NAME``): ``cls(device,
-    threads, dtype, workdir)`` with :class:`TorchRuntime`'s interface; its constructor refuses
+    threads, dtype, workdir, keep_files=False)`` with :class:`TorchRuntime`'s interface; its
+    constructor refuses
     in one line (``ValueError``) what it cannot run here (a missing package or execution
     provider, a dtype)."""
     _RUNTIMES[name] = cls
@@ -267,15 +271,18 @@ def runtime_names() -> Tuple[str, ...]:
     return tuple(_RUNTIMES)
 
 
-def build_runtime(measure: Measure, workdir: Optional[str] = None):
-    """The runtime a :class:`~mmdcs.selection.budget.Measure` names, set up as it says;
-    ``ValueError`` (one line) for an unknown one or one that cannot run here."""
+def build_runtime(measure: Measure, workdir: Optional[str] = None, keep_files: bool = False):
+    """The runtime a :class:`~mmdcs.selection.budget.Measure` names, set up as it says
+    (``keep_files``: a runtime that writes files, such as onnxruntime's ONNX files, keeps those
+    of the networks it measured while it lives); ``ValueError`` (one line) for an unknown one
+    or one that cannot run here."""
     if measure.runtime not in _RUNTIMES:
         raise ValueError(f'runtime {measure.runtime!r} is not available here (known: '
                          f'{", ".join(_RUNTIMES)})')
     if measure.dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {measure.dtype!r}')
-    return _RUNTIMES[measure.runtime](measure.device, measure.threads, measure.dtype, workdir)
+    return _RUNTIMES[measure.runtime](measure.device, measure.threads, measure.dtype, workdir,
+                                      keep_files=keep_files)
 
 
 def measure_clocks(measure: Measure) -> List[str]:
@@ -318,6 +325,13 @@ def time_models(models: Dict[str, nn.Module], inputs: torch.Tensor, warmup: int 
             for n, v in ms.items()}
 
 
+def network_key(net: nn.Module, inputs: torch.Tensor) -> str:
+    """A runtime's cache key of a whole network that does not change (a baseline): its class,
+    arch and variant, its parameters' count and the input's shape."""
+    return repr((type(net).__name__, getattr(net, 'arch', None), getattr(net, 'variant', None),
+                 sum(p.numel() for p in net.parameters()), tuple(inputs.shape)))
+
+
 def measure_pair(baseline: nn.Module, pruned: nn.Module, inputs: torch.Tensor,
                  measure: Measure, runtime=None, meter: Optional[Callable] = None) -> dict:
     """A pruned network's latency against its baseline's, as ``measure`` says (its runtime,
@@ -328,7 +342,8 @@ def measure_pair(baseline: nn.Module, pruned: nn.Module, inputs: torch.Tensor,
     files; the baseline's is prepared once per runtime)."""
     runtime = runtime or build_runtime(measure)
     t = time_models(dict(baseline=baseline, pruned=pruned), inputs, measure=measure,
-                    runtime=runtime, meter=meter, keys=dict(baseline='baseline'))
+                    runtime=runtime, meter=meter,
+                    keys=dict(baseline=network_key(baseline, inputs)))
     b, p = t['baseline'], t['pruned']
     wall = ((p['clocks']['wall'] / b['clocks']['wall']) if 'wall' in p['clocks']
             else p['median_ms'] / b['median_ms'])
@@ -776,7 +791,8 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                  batch_sizes: Sequence[int] = (1, 16), devices: Sequence[str] = ('cpu', 'cuda'),
                  threads: Optional[int] = 1, warmup: int = 3, repeats: int = 10,
                  number: int = 1, tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
-                 models: Optional[Tuple[nn.Module, nn.Module]] = None) -> List[dict]:
+                 models: Optional[Tuple[nn.Module, nn.Module]] = None,
+                 runtime: str = 'torch') -> List[dict]:
     """Baseline vs subnet latency of one arch, every batch size and available device.
 
     Args:
@@ -790,6 +806,8 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         models: (baseline, subnet) already built (then ratio and variant only label the row:
             ``ratio`` unless the subnet has a ``subnet_spec``, ``variant`` or the subnet's;
             ``ratio=None`` shows no kept ratio).
+        runtime: what the networks run in (:func:`build_runtime`: ``'torch'``,
+            ``'onnxruntime'``, ...).
 
     Returns:
         one dict per (device, batch): model, variant, kept_ratio, input, device, batch, threads,
@@ -813,7 +831,7 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     base_flops = count_flops(base, size)
     sub_flops = count_flops(sub, size)
     flops_ratio = sub_flops / base_flops
-    rows = []
+    rows, runtimes = [], {}
     for dev in devices:
         if dev == 'cuda' and not torch.cuda.is_available():
             continue
@@ -821,8 +839,12 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         for b in batch_sizes:
             g = torch.Generator().manual_seed(seed)
             x = torch.randn((int(b), 3) + tuple(size), generator=g).to(device)
-            t = time_models({'baseline': base, 'subnet': sub}, x, warmup, repeats, number,
-                            threads if device.type == 'cpu' else None)
+            measure = Measure(runtime=runtime, device=dev, batch=int(b), rounds=repeats,
+                              warmup=warmup, threads=threads if device.type == 'cpu' else None)
+            if dev not in runtimes:
+                runtimes[dev] = build_runtime(measure)
+            t = time_models({'baseline': base, 'subnet': sub}, x, number=number,
+                            measure=measure, runtime=runtimes[dev])
             lat_ratio = t['subnet']['median_ms'] / t['baseline']['median_ms']
             lat_ratio_min = t['subnet']['min_ms'] / t['baseline']['min_ms']
             gap = lat_ratio - flops_ratio
@@ -837,7 +859,7 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                 base_gflops=base_flops / 1e9,
                 sub_gflops=sub_flops / 1e9, flops_ratio=flops_ratio, gap=gap,
                 within=abs(gap) <= tolerance, tolerance=tolerance,
-                repeats=repeats, warmup=warmup))
+                repeats=repeats, warmup=warmup, runtime=runtime))
             if spec is not None and spec.heads:  # head selection: the kept heads, summed
                 rows[-1].update(heads_kept=sum(b.kept for b in spec.heads),
                                 heads_total=sum(b.dim for b in spec.heads))

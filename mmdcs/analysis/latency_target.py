@@ -20,12 +20,13 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from mmdcs.selection.budget import LATENCY_TOLERANCE, REFINE_TOLERANCE
+from mmdcs.selection import SubnetSpec
+from mmdcs.selection.budget import LATENCY_TOLERANCE, REFINE_TOLERANCE, Measure
 from mmdcs.selection.importance import Ranking
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
                          count_params)
-from .latency import DTYPES, TorchRuntime, _size, device_name
+from .latency import DTYPES, TorchRuntime, _size, device_name, time_models
 from .latency_table import build_table
 from .latency_table import validate as validate_table
 from .target import Candidate, meet_target
@@ -267,3 +268,32 @@ def format_latency_target(rows: Sequence[dict], tolerance: float = LATENCY_TOLER
             + (f' {error_text(r)} |' if with_error else '')
             + (' yes |' if within_target(r, tolerance) else ' NO |'))
     return '\n'.join(lines)
+
+
+def compare_subnets(arch: str, specs: dict, input_size, batch: int = 1,
+                    threads: Optional[int] = 1, runtime='torch', repeats: int = 41,
+                    warmup: int = 3, seed: int = 0, meter: Optional[Callable] = None) -> dict:
+    """Several subnets of one paper model (name → spec, e.g. the exports of two table builds)
+    timed against the baseline in one run of the harness (interleaved, medians: the machine's
+    drift hits them alike), in ``runtime`` (a name or a runtime object); returns name →
+    dict(flops_ratio, params_ratio, measured_ratio (the thread's CPU time for one thread, else
+    the wall clock), measured_ratio_wall)."""
+    size = _size(input_size, arch)
+    torch.manual_seed(seed)
+    base = build_backbone(arch, 'baseline', None, size).eval()
+    nets = {n: build_backbone(arch, SubnetSpec.coerce(s).variant, SubnetSpec.coerce(s),
+                              size).eval() for n, s in specs.items()}
+    clock = 'thread' if threads == 1 else 'wall'
+    name = runtime if isinstance(runtime, str) else runtime.name
+    measure = Measure(runtime=name, threads=threads, batch=int(batch), rounds=repeats,
+                      warmup=warmup, clock=clock)
+    x = torch.randn((int(batch), 3) + tuple(size), generator=torch.Generator().manual_seed(seed))
+    t = time_models(dict(nets, **{'[baseline]': base}), x, measure=measure, meter=meter,
+                    runtime=None if isinstance(runtime, str) else runtime)
+    b = t['[baseline]']['clocks']
+    flops, params = count_flops(base, size), count_params(base)
+    return {n: dict(flops_ratio=count_flops(net, size) / flops,
+                    params_ratio=count_params(net) / params,
+                    measured_ratio=t[n]['clocks'][clock] / b[clock],
+                    measured_ratio_wall=t[n]['clocks']['wall'] / b['wall'])
+            for n, net in nets.items()}

@@ -333,18 +333,22 @@ def export_onnx(wrapper: ExportWrapper, example: torch.Tensor, path: str,
                 seconds=time.perf_counter() - t0)
 
 
-def ort_session(path: str, threads: Optional[int] = None, optimize: bool = True):
-    """An onnxruntime CPU session (``threads`` intra-op threads; None: onnxruntime's default,
-    all cores)."""
+def ort_session(path: str, threads: Optional[int] = None, optimize: bool = True,
+                providers: Optional[Sequence[str]] = None):
+    """An onnxruntime session (``threads`` intra-op threads and one inter-op thread, operators
+    run sequentially; None: onnxruntime's default, all cores) on ``providers`` (default the
+    CPU execution provider)."""
     import onnxruntime as ort
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = int(threads)
         so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = 3
-    return ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+    return ort.InferenceSession(path, so,
+                                providers=list(providers or ['CPUExecutionProvider']))
 
 
 def read_metadata(path_or_session) -> Dict[str, str]:

@@ -25,7 +25,7 @@ import torch.nn as nn
 
 import mmdcs
 from mmdcs.analysis.complexity import count_flops, count_params
-from mmdcs.analysis.latency import TIMED
+from mmdcs.analysis.latency import TIMED, build_runtime
 from mmdcs.analysis.target import Candidate, Met, TargetMissed, meet_target
 from mmdcs.selection import file_sha256, prunable_modules
 from mmdcs.selection.budget import (REFINE_TOLERANCE, BudgetError, Measure, build_cost,
@@ -324,7 +324,11 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
                                  multiple_of or budget_cost.multiple_of)
     m_options = dict(measure_options or {})
     how = _measure(budget_cost, measure, m_options, runtime)
-    onnx_path = osp.join(out_dir, ONNX_FILE) if how and how.runtime != 'torch' else None
+    try:  # the runtime lives until the files are written (it keeps the ONNX files measured)
+        rt = build_runtime(how, keep_files=True) if how else None
+    except ValueError as e:  # a runtime that cannot run here
+        raise UserError(f'--runtime {how.runtime}: {e}') from e
+    onnx_path = osp.join(out_dir, ONNX_FILE) if rt is not None and rt.writes_files else None
     refuse_overwrite([p for p in (onnx_path, ) if p], force)
     # the exact counts are calibrated in any case: every subnet is counted in them
     costs = {r: build_cost(r, src.counted, src.shape) for r in counted_resources()}
@@ -343,18 +347,17 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
                                                             m_options.get('seed', 0)),
             size=src.shape, seed=m_options.get('seed', 0), refine=refine,
             refine_tolerance=refine_tolerance, tolerance=latency_tolerance,
-            meter=m_options.get('meter'), name=f'--target-{resource}')
+            meter=m_options.get('meter'), runtime=rt, name=f'--target-{resource}')
     except TargetMissed as e:  # measured beyond the tolerance: nothing written
         raise UserError(str(e)) from e
-    except ValueError as e:  # a runtime that cannot run here
-        if isinstance(e, BudgetError):
-            raise
-        raise UserError(str(e)) from e
-    return _write(src, met, out_dir, subnet_path, ckpt_path, fmt, force, method, verify,
-                  costs, budget_cost, (resource, ratio), onnx_path)
+    result = _write(src, met, out_dir, subnet_path, ckpt_path, fmt, force, method, verify,
+                    costs, budget_cost, (resource, ratio), onnx_path)
+    del rt  # its temporary files go with it
+    return result
 
 
-#: the ONNX file an export measured in onnxruntime writes (the pruned backbone: what is timed)
+#: the file an export measured in a runtime that runs files writes (onnxruntime: the ONNX file
+#: of the pruned backbone, what was timed)
 ONNX_FILE = 'pruned_backbone.onnx'
 
 
@@ -365,11 +368,12 @@ def _gates(src: _Source, multiple_of: int) -> Met:
     return Met(src.build(spec), None)
 
 
-def _budget_record(src: _Source, met: Met, costs: dict, budget_cost) -> List[str]:
+def _budget_record(src: _Source, met: Met, costs: dict, budget_cost):
     """``meta['budget']['measured']``: every exact count of the built model beside its
     baseline's, and the measurement (under the measured resource's name, else under
-    :data:`~mmdcs.analysis.latency.TIMED`); returns the warnings of a cost used elsewhere than
-    it was made (a latency table of another machine, thread count or batch)."""
+    :data:`~mmdcs.analysis.latency.TIMED`); returns (the warnings of a cost used elsewhere than
+    it was made — a latency table of another machine, thread count or batch —, the
+    measurement's record)."""
     b = met.spec.meta['budget']
     b['measured'] = {}
     for r, c in costs.items():
@@ -378,19 +382,23 @@ def _budget_record(src: _Source, met: Met, costs: dict, budget_cost) -> List[str
             b['measured'][r] = dict(baseline=c.baseline, pruned=pruned,
                                     ratio=pruned / c.baseline)
     if met.measured is None:
-        return []
+        return [], None
     t = met.measured
     key = budget_cost.resource if budget_cost.measure() is not None else TIMED
     b['measured'][key] = {k: v for k, v in t.items() if k != 'files'}
+    if (t.get('files') or {}).get('pruned'):  # the file measured, written beside subnet.json
+        b['measured'][key]['file'] = ONNX_FILE
     return budget_cost.context_warnings(device_name=t['device_name'], threads=t['threads'],
-                                        batch=t['batch'], dtype='fp32', warn=False)
+                                        batch=t['batch'], dtype='fp32',
+                                        warn=False), b['measured'][key]
 
 
 def _write(src: _Source, met: Met, out_dir, subnet_path, ckpt_path, fmt, force, method, verify,
            costs=None, budget_cost=None, target=(None, None), onnx_path=None) -> ExportResult:
     """Count, check, write both files (and the ONNX file) or none, and report."""
     spec, c = met.spec, met.candidate
-    notes = _budget_record(src, met, costs, budget_cost) if costs is not None else []
+    notes, latency = _budget_record(src, met, costs, budget_cost) if costs is not None else (
+        [], None)
     rows = _rows(src, c)
     max_diff = ref = None
     if verify and costs is None:
@@ -409,8 +417,6 @@ def _write(src: _Source, met: Met, out_dir, subnet_path, ckpt_path, fmt, force, 
         ckpt_meta['dataset_meta'] = src_meta['dataset_meta']
     onnx = (met.measured or {}).get('files', {}).get('pruned') if onnx_path else None
     paths = (subnet_path, ckpt_path) + ((onnx_path, ) if onnx else ())
-    if onnx:
-        spec.meta['budget']['measured'][TIMED]['file'] = osp.basename(onnx_path)
     # every file or none, never a half-written one (temporary files renamed at the end)
     with atomic_outputs(*paths, force=force) as tmps:
         spec.save(tmps[0])
@@ -421,8 +427,8 @@ def _write(src: _Source, met: Met, out_dir, subnet_path, ckpt_path, fmt, force, 
         name for name, mod in prunable_modules(src.backbone).items()
         if not bool((mod.select.alpha > 0).any())]
     result = ExportResult(spec, subnet_path, ckpt_path, rows, max_diff,
-                          spec.meta.get('budget') if costs is not None else None, met.measured,
-                          empty, warnings=[f'WARNING: {n}' for n in notes])
+                          spec.meta.get('budget') if costs is not None else None, latency, empty,
+                          warnings=[f'WARNING: {n}' for n in notes])
     _report(result, src, method, target[0], target[1], ref, out_dir,
             budget_cost.measure() is not None if budget_cost is not None else False)
     return result

@@ -119,7 +119,7 @@ def summary(table: dict) -> str:
         f'{table["arch"]} ({table["variant"]}, selection {table["selection"]}) at '
         f'{"x".join(map(str, table["input_shape"]))}, batch {table["batch"]}, '
         f'{table["threads"]} thread(s), {table["dtype"]}, {table["device_name"]}, '
-        f'torch {table["torch"]}',
+        f'{_runtime_text(table)}',
         f'baseline {table["baseline_ms"]:.3f} ms, pruned network at full width '
         f'{table["full_ms"]:.3f} ms (predicted {cost.ceiling:.3f}), constant '
         f'{table["const_ms"]:.3f} ms; predicted floor (groups of {table["multiple_of"]}) '
@@ -131,6 +131,13 @@ def summary(table: dict) -> str:
     if table.get('validation'):
         lines += ['', format_validation(table['validation'])]
     return '\n'.join(lines)
+
+
+def _runtime_text(table: dict) -> str:
+    """The runtime a table was measured in, with its version (PyTorch's for older tables)."""
+    info = table.get('runtime_info') or {}
+    name = table.get('runtime') or 'torch'
+    return f'{name} {info.get("version") or table.get("torch")}'
 
 
 def table_file_name(arch: str, variant: str, size: Sequence[int], batch: int,
@@ -273,13 +280,15 @@ def peer_benchmark_results(models: Sequence[str], target: float = 0.7,
                            threads: int = 1, input_size=None, select_hidden='all',
                            variant: Optional[str] = None,
                            progress: Optional[Callable[[str], None]] = print,
-                           **options) -> list:
-    """:func:`mmdcs.analysis.peer_benchmark.peer_benchmark` of every model (CPU, batch 1), the
-    latency tables read from (or measured and written to) ``tables`` as
+                           batch: int = 1, runtime: str = 'torch',
+                           runtimes: Sequence[str] = (), **options) -> list:
+    """:func:`mmdcs.analysis.peer_benchmark.peer_benchmark` of every model (CPU, ``batch``),
+    mmdcs's table of ``runtime`` read from (or measured and written to) ``tables`` as
     :func:`latency_target_rows` keeps them (the same file names: a table one tool built, the
-    other reads). torch-pruning or timm not installed, an arch without a timm model, a corrupt
-    table, a target the table cannot meet: one :class:`UserError` line, before anything is
-    measured where it can be known before."""
+    other reads; a run stopped midway resumes with the tables it wrote), every model timed in
+    ``runtime`` and ``runtimes``. torch-pruning or timm not installed, an arch without a timm
+    model, a runtime that cannot run here, a corrupt table, a target the table cannot meet:
+    one :class:`UserError` line, before anything is measured where it can be known before."""
     try:
         import_torch_pruning()
         import timm  # noqa: F401  # lazy import: the peer is applied to timm's models
@@ -293,17 +302,21 @@ def peer_benchmark_results(models: Sequence[str], target: float = 0.7,
         if not (cls.timm_models or {}).get(arch):
             raise UserError(f'{arch}: no timm model to apply Torch-Pruning to (archs with one: '
                             f'{", ".join(sorted(cls.timm_models or {})) or "none"})')
+    rt = make_runtime(runtime, 'cpu', threads)
+    more = [make_runtime(r, 'cpu', threads) for r in runtimes if r != runtime]
     _tables_dir(tables)
     results = []
     for arch in models:
         var = variant or PAPER_VARIANT[backbone_class(arch).family]
         size = _size(input_size, arch)
         path, table = _kept_table(tables, table_file_name(
-            arch, var, size, 1, threads, 'cpu', 'fp32', select_hidden), force, progress, arch)
+            arch, var, size, batch, threads, 'cpu', 'fp32', select_hidden, runtime=runtime),
+            force, progress, arch)
         try:
             res = peer_benchmark(arch, target, table=table, input_size=size,
                                  select_hidden=select_hidden, variant=var, threads=threads,
-                                 progress=progress, on_table=None if path is None
+                                 batch=batch, runtime=rt, runtimes=more, progress=progress,
+                                 on_table=None if path is None
                                  else lambda t, p=path: write_json(p, t, force=True), **options)
         except BudgetError as e:
             raise UserError(f'{arch}: {e}') from e

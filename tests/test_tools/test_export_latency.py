@@ -318,3 +318,59 @@ def test_the_tool_corrects_and_refuses_by_its_options(setup, tmp_path, capsys, m
                                                          'onnxruntime'], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert 'torch runtime, not onnxruntime' in err and not out.exists()
+
+
+def test_measured_in_onnxruntime_the_onnx_file_is_written_and_recorded(setup, tmp_path):
+    """A table measured in onnxruntime: the export writes the pruned backbone's ONNX file (the
+    one timed, against the baseline's, here with a synthetic meter), records the runtime, its
+    version and session options in subnet.json, and the file runs in onnxruntime with the
+    pruned backbone's output."""
+    import onnxruntime as ort
+
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.selection import SubnetSpec
+    table = str(tmp_path / 'ort.json')
+    with open(table, 'w') as f:
+        json.dump(dict(setup['table_dict'], runtime='onnxruntime'), f)
+    out = tmp_path / 'out'
+    res = export_subnet(setup['dcs']['config'], setup['dcs']['ckpt'], str(out),
+                        target=('latency', 0.7), cost_options=dict(latency_table=table),
+                        measure_options=dict(meter=flops_meter(), repeats=1, warmup=0),
+                        latency_tolerance=None)
+    with open(out / 'subnet.json') as f:
+        t = json.load(f)['meta']['budget']['measured']['latency']
+    assert t['file'] == 'pruned_backbone.onnx' and (out / t['file']).is_file()
+    assert t['runtime']['name'] == 'onnxruntime' and t['runtime']['version'] == ort.__version__
+    assert t['runtime']['options']['intra_op_num_threads'] == 1
+    assert t['runtime']['options']['inter_op_num_threads'] == 1
+    assert res.latency['ratio'] == pytest.approx(res.rows[1][2] / flops_meter.seen['baseline'])
+    # the file is the exported pruned backbone, with its weights: its output is PyTorch's
+    from mmengine.config import Config
+
+    from mmdcs.apis.subnet_io import build_model, with_subnet
+    spec = SubnetSpec.load(str(out / 'subnet.json'))
+    pruned = build_model(with_subnet(Config.fromfile(setup['dcs']['config']).model,
+                                     spec.to_dict()), 'mmpretrain').eval()
+    pruned.load_state_dict(torch.load(str(out / 'pruned.pth'))['state_dict'])
+    x = torch.randn(1, 3, 32, 32)
+    session = ort.InferenceSession(str(out / t['file']), providers=['CPUExecutionProvider'])
+    got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    with torch.no_grad():
+        want = pruned.backbone(x)[0]
+    assert_close_scaled(got, want, 1e-4)
+    assert any('pruned_backbone.onnx' in line for line in res.lines)
+
+
+def test_a_runtime_that_cannot_run_here_is_one_line():
+    """onnxruntime on a GPU where it has no CUDA provider, TensorRT without its provider, a
+    dtype it does not time: one ValueError line each (the tools print it, exit 2)."""
+    import onnxruntime as ort
+
+    from mmdcs.apis.ort_runtime import OrtRuntime, TensorRTRuntime
+    if 'CUDAExecutionProvider' not in ort.get_available_providers():
+        with pytest.raises(ValueError, match='no CUDAExecutionProvider'):
+            OrtRuntime(device='cuda')
+    with pytest.raises(ValueError, match='device must be one of cuda'):
+        TensorRTRuntime(device='cpu')
+    with pytest.raises(ValueError, match='fp32'):
+        OrtRuntime(dtype='fp16')

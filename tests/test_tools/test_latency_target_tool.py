@@ -97,3 +97,33 @@ def test_a_corrupt_kept_table_is_one_line(synthetic, tmp_path, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and str(bad) in lines[0], err
     assert bad.read_text() == '{"arch": "deit-tiny", '  # not overwritten
+
+
+def test_two_table_builds_compared_by_their_subnets(synthetic, tmp_path, capsys):
+    """tools/analysis/latency_repro.py: the subnets two runs exported (their --json rows),
+    timed against the baseline in one run (synthetic meters), their FLOPs and latency ratios
+    and differences against --within; a file that is not such rows is one line."""
+    from mmdcs.analysis.complexity import backbone_class, random_subnet
+    cls = backbone_class('deit-tiny')
+    paths = []
+    for name, ratio in (('a', 0.5), ('b', 0.75)):
+        spec = random_subnet(cls, 'deit-tiny', 'kcr', ratio, 0, 8, img_size=32)
+        path = tmp_path / f'{name}.json'
+        path.write_text(json.dumps(dict(rows=[dict(model='deit-tiny', batch=1, input='32x32',
+                                                   spec=spec.to_dict())])))
+        paths.append(str(path))
+    (row, ) = load_tool('tools/analysis/latency_repro.py').main(
+        paths + ['--repeats', '2', '--within', '0.5', '--json', str(tmp_path / 'out.json')])
+    out = capsys.readouterr().out
+    assert row['A']['flops_ratio'] < row['B']['flops_ratio'] < 1
+    assert row['A']['measured_ratio'] < row['B']['measured_ratio']  # synthetic: MLP costs
+    assert row['flops_difference'] == pytest.approx(row['B']['flops_ratio']
+                                                    - row['A']['flops_ratio'])
+    assert row['within'] == (row['flops_difference'] <= 0.5 and row['latency_difference'] <= 0.5)
+    assert f'| deit-tiny | 1 | {row["A"]["flops_ratio"]:.3f} |' in out
+    assert json.loads((tmp_path / 'out.json').read_text())[0]['within'] == row['within']
+    bad = tmp_path / 'bad.json'
+    bad.write_text('{"rows": [1]}')
+    code, err = run_main('tools/analysis/latency_repro.py', [paths[0], str(bad)], capsys,
+                         cwd=None)
+    assert code == 2 and 'bad.json' in err and len(err.strip().splitlines()) == 1, err
