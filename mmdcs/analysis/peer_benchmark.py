@@ -406,13 +406,14 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
     tp = import_torch_pruning()
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
+    by_latency = match == MATCHES[1]  # the benchmark's mode: the peer at mmdcs's measured time
     if isinstance(runtime, str):
         runtime = build_runtime(Measure(runtime=runtime, threads=threads))
     ours = _ours(arch, target, dict(
         batch=batch, threads=threads, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
         table_rounds=table_rounds, table_meter=table_meter, seed=seed, progress=progress,
-        on_table=on_table), runtime, match == 'latency' or refine, dict(
+        on_table=on_table), runtime, by_latency or refine, dict(
             repeats=repeats, warmup=warmup, meter=meter, refine=refine))
     spec, size = ours['spec'], ours['size']
     say(f'{arch}: mmdcs ({ours["variant"]}, select_hidden={select_hidden}) at latency target '
@@ -433,7 +434,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
     if hidden_only:
         rows_meta.append(_hidden_only(arch, ours, select_hidden, seed, multiple_of, models, say))
     peer = dict(tp=tp, tmodel=tmodel, x=x, hidden=hidden, round_to=round_to, tol=tol,
-                match=match, runtime=runtime, repeats=repeats, warmup=warmup,
+                by_latency=by_latency, runtime=runtime, repeats=repeats, warmup=warmup,
                 threads=threads, meter=meter, say=say)
     skipped = {}
     for name in peers:
@@ -488,7 +489,7 @@ def _peer(arch, name: str, ours: dict, p: dict):
     tmodel, tp, x1, size = p['tmodel'], p['tp'], p['x'][:1], ours['size']
     if heads and not head_attentions(tmodel):
         return 'no attention with whole heads Torch-Pruning removes'
-    if heads and p['match'] == 'latency':
+    if heads and p['by_latency']:
         return 'matched at equal FLOPs only (whole heads make the latency jump)'
     timm_flops = count_flops(TimmFeatures(tmodel), size)
 
@@ -496,7 +497,7 @@ def _peer(arch, name: str, ours: dict, p: dict):
         return tp_prune(tmodel, x1, r, (r if h is None else h) if heads else None,
                         p['round_to'], tp, p['hidden'])
     try:
-        if p['match'] == 'latency':
+        if p['by_latency']:
             m, h_used = match_latency(tmodel, p['x'], ours['measured'], p['tol'],
                                       p['runtime'], pruned, p['repeats'], p['warmup'],
                                       p['threads'], p['meter']), None
@@ -506,10 +507,10 @@ def _peer(arch, name: str, ours: dict, p: dict):
     except (RuntimeError, ValueError) as e:  # e.g. a forward that fails after pruning
         return (f'Torch-Pruning could not prune it ({type(e).__name__}: '
                 f'{str(e).splitlines()[0][:160]})')
-    what = 'latency' if p['match'] == 'latency' else 'FLOPs'
+    what = 'latency' if p['by_latency'] else 'FLOPs'
     if not m.converged:
         return (f'{what} not matched within {p["tol"]:.0%}: ratio {m.ratio:.4f} gives '
-                f'{m.value:.4f} for {ours["measured"] if what == "latency" else ours["flops"]}')
+                f'{m.value:.4f} for {ours["measured"] if p["by_latency"] else ours["flops"]}')
     feats = TimmFeatures(pruned(m.ratio, h_used)).eval()
     p['say'](f'{arch}: Torch-Pruning {name}: ratio {m.ratio:.4f}'
              + (f' (heads {h_used:.4f})' if heads else '')
@@ -519,7 +520,7 @@ def _peer(arch, name: str, ours: dict, p: dict):
                 flops_ratio=count_flops(feats, size) / timm_flops,
                 params_ratio=feature_params(feats, x1) / feature_params(TimmFeatures(tmodel),
                                                                         x1),
-                predicted_ratio=None, measured_ratio=m.value if what == 'latency' else None,
+                predicted_ratio=None, measured_ratio=m.value if p['by_latency'] else None,
                 pruning_ratio=m.ratio, heads_ratio=h_used,
                 match=[list(e) for e in m.evaluations]), feats
 
