@@ -27,7 +27,8 @@ class TableCost:
     def __init__(self, dims: Dict[str, int], hidden_dims: Dict[str, int], const: float = 10.,
                  resource: str = 'toy', weight: Optional[Dict] = None, input_size=None):
         self.resource = resource
-        self.dims, self.hidden_dims = dict(dims), dict(hidden_dims)
+        self.dims, self.hidden_dims, self.head_dims = dict(dims), dict(hidden_dims), {}
+        self.tolerance, self.multiple_of = 0., 1
         self.input_size = input_size
         self.const = float(const)
         self.meta = dict(identity=dict(table='synthetic', units=len(dims) + len(hidden_dims)))
@@ -50,7 +51,16 @@ class TableCost:
             total += float(_interp(self.grid[u], self.values[u], float(widths.get(u, d))))
         return total
 
-    def at(self, kept, hidden_kept=None):
+    def measure(self, **changes):
+        return None  # not measured: its count is what it is
+
+    def count_model(self, model):
+        return None  # no network counted
+
+    def context_warnings(self, *args, **kwargs):
+        return []
+
+    def at(self, kept, hidden_kept=None, heads_kept=None):
         w = {(CHANNELS, n): v for n, v in kept.items()}
         w.update(((HIDDEN, k), v) for k, v in (hidden_kept or {}).items())
         return self.count(w)
@@ -62,7 +72,7 @@ class TableCost:
         less[unit] = w[unit] - 1
         return self.count(w) - self.count(less)
 
-    def expected(self, selectors, expectation='gate', hidden=None):
+    def expected(self, selectors, expectation='gate', hidden=None, heads=None):
         total = torch.zeros(())
         for (kind, name), d in self.unit_dims().items():
             table = selectors if kind == CHANNELS else (hidden or {})
@@ -141,3 +151,27 @@ def synthetic_latency_table(backbone, input_shape, baseline_ms=None, const_ms=2.
                  units=units)
     table.update(extra)
     return table
+
+
+def synthetic_meters(monkeypatch, ms, skew=1.1, table=True):
+    """Every meter of the harness (``mmdcs.analysis.latency.Meter``) synthetic: a latency
+    table's (``min_time`` > 0) reads ``ms(module)`` ms per call; a measurement's reads it on the
+    thread clock and ``skew`` times it for a pruned network on the wall clock (so the two
+    measured ratios differ). ``table=False``: building a table is an error (a kept table must
+    be read, not measured again). Returns the list of the clocks each meter was made for."""
+    import mmdcs.analysis.latency as latency
+    from mmdcs.models.backbones.base import SelectableBackbone
+    made = []
+
+    def measurement(fn, module):
+        s = ms(module) / 1e3
+        base = isinstance(module, SelectableBackbone) and module.variant == 'baseline'
+        return dict(thread=s, wall=s * (1. if base else skew))
+
+    def factory(clocks=('wall', ), min_time=0., **kw):
+        made.append(list(clocks))
+        if min_time > 0 and not table:
+            raise AssertionError('the kept table must be read, not measured again')
+        return (lambda fn, module: ms(module) / 1e3) if min_time > 0 else measurement
+    monkeypatch.setattr(latency, 'Meter', factory)
+    return made

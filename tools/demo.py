@@ -56,6 +56,7 @@ sys.path.insert(0, ROOT)
 from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
                                positive_int, run_program, user_errors)
 from mmdcs.analysis.plots import last_validation  # noqa: E402
+from mmdcs.apis.compare import RESOURCES, needs_tables  # noqa: E402
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 
@@ -624,7 +625,7 @@ def parse_args(argv=None):
                         help='instead of the main job: compare DCS, KCR, magnitude pruning, OFB '
                         'and DynamicViT on DeiT-Tiny (same data, epochs, weight lr); prints '
                         'params, FLOPs, CPU latency and top-1 of each final model')
-    parser.add_argument('--resource', choices=('latency', 'flops'), default='latency',
+    parser.add_argument('--resource', choices=RESOURCES[::-1], default='latency',
                         help='the main demo\'s budget: an equal latency target predicted by '
                         'tables measured here (default), or the search configs\' FLOPs budget')
     parser.add_argument('--target-latency', type=positive_float, default=DEMO_LATENCY,
@@ -656,7 +657,7 @@ def main(argv=None):
     if args.peers:
         demo.peers()
     else:
-        if args.resource == 'latency':
+        if needs_tables(args.resource):  # a budget on latency tables: measured first
             demo.latency_tables()
         base_cfg, base_dir = demo.baseline()
         for run_step in (lambda: demo.method('dcs'), lambda: demo.method('kcr'),

@@ -55,11 +55,15 @@ from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_f
                                non_negative_float, non_negative_int, positive_int, positive_size,
                                run_program, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument
-from mmdcs.selection.budget import LATENCY_REFINE, LATENCY_TOLERANCE
+import mmdcs.models.counting  # noqa: F401  (registers the budget resources)
+from mmdcs.selection.budget import (LATENCY_REFINE, LATENCY_TOLERANCE, resource_help,
+                                    resource_names, resource_options)
 from mmdcs.selection.importance import SCORERS, widths_of
 
-#: the budgets the tool can aim at: --target-flops, --target-params, --target-latency
-TARGETS = ('flops', 'params', 'latency')
+
+def _flag(option: str) -> str:
+    """A resource option's command-line flag: ``latency_table`` → ``--latency-table``."""
+    return '--' + option.replace('_', '-')
 
 
 def parse_args(argv=None):
@@ -73,19 +77,30 @@ def parse_args(argv=None):
                         'size, else the backbone\'s nominal size)')
     parser.add_argument('--multiple-of', type=positive_int, default=None, metavar='N',
                         help='round every kept width D̃ up to a multiple of N (e.g. 8: faster '
-                        'matrix multiplies; default 1, 8 with --target-latency); the added '
-                        'channels start with zero weights, so the pruned model still gives the '
-                        'supernet\'s output')
+                        'matrix multiplies; default 1, a latency table\'s grid step (8) with '
+                        '--target-latency); the added channels start with zero weights, so the '
+                        'pruned model still gives the supernet\'s output')
     parser.add_argument('--no-verify', action='store_true',
                         help='skip the check that the pruned model gives the supernet\'s output')
     budget = parser.add_mutually_exclusive_group()
-    for what in TARGETS:
+    for what in resource_names():  # every registered budget resource
+        options = ', '.join(_flag(o) for o in resource_options(what))
         budget.add_argument(f'--target-{what}', type=float, metavar='R',
-                            help=f'export to a budget: R (in (0, 1)) times the baseline\'s {what}'
-                            + (' predicted by --latency-table' if what == 'latency' else ''))
-    parser.add_argument('--latency-table', metavar='TABLE',
-                        help='the latency table (JSON, tools/analysis/latency_table.py) of '
-                        '--target-latency')
+                            help=f'export to a budget: R (in (0, 1)) times the baseline\'s '
+                            f'{what} ({resource_help(what)})'
+                            + (f'; with {options}' if options else ''))
+    for what in resource_names():
+        for option in resource_options(what):
+            parser.add_argument(_flag(option), metavar=option.split('_')[-1].upper(),
+                                help=f'the {option.replace("_", " ")} of --target-{what}'
+                                + (' (JSON, tools/analysis/latency_table.py)'
+                                   if option.endswith('table') else ''))
+    parser.add_argument('--runtime', default=None, metavar='NAME',
+                        help='the runtime the export is measured and corrected in: torch '
+                        '(PyTorch eager) or onnxruntime (the exported ONNX file, written as '
+                        'DIR/pruned_backbone.onnx, timed against the baseline\'s; tensorrt: '
+                        'onnxruntime\'s TensorRT provider, on a GPU); default: the latency '
+                        'table\'s (a table of another runtime is refused)')
     measure = parser.add_mutually_exclusive_group()
     measure.add_argument('--measure', dest='measure', action='store_true', default=None,
                          help='time the exported model against the baseline (interleaved, '
@@ -138,34 +153,26 @@ def export(args):
     report and returns the :class:`~mmdcs.apis.export.ExportResult`'s dict."""
     from mmdcs.apis.export import export_subnet, train_batches
     target = _target(args)
-    latency = target is not None and target[0] == 'latency'
-    table = getattr(args, 'latency_table', None)
-    if latency and not table:
-        raise UserError('--target-latency needs --latency-table TABLE (a latency table of this '
-                        'model on this device: tools/analysis/latency_table.py)')
-    if table and not latency:
-        raise UserError('--latency-table is the table of --target-latency; give '
-                        '--target-latency R')
-    multiple_of = args.multiple_of if args.multiple_of is not None else 8 if latency else 1
-    measure = getattr(args, 'measure', None)
+    options = _resource_options(args, target)
     set_checkpoint_trust(args)
-    options = dict(seed=getattr(args, 'seed', 0))
+    scorer_options = dict(seed=getattr(args, 'seed', 0))
     widths_from = getattr(args, 'widths_from', None)
     if widths_from:
         if args.method != 'random':
             raise UserError('--widths-from is for --method random')
-        options['widths'] = widths_of(widths_from)  # a bad file: one line (SubnetError)
+        scorer_options['widths'] = widths_of(widths_from)  # a bad file: one line (SubnetError)
     result = export_subnet(
         args.config, args.checkpoint, args.out, method=args.method, target=target,
-        cost_options=dict(latency_table=table) if latency else None,
-        multiple_of=multiple_of, shape=args.shape, cfg_options=args.cfg_options,
-        verify=not args.no_verify, fmt=getattr(args, 'format', 'pth'),
-        force=getattr(args, 'force', False), measure=latency if measure is None else measure,
+        cost_options=options or None, multiple_of=args.multiple_of, shape=args.shape,
+        cfg_options=args.cfg_options, verify=not args.no_verify,
+        fmt=getattr(args, 'format', 'pth'), force=getattr(args, 'force', False),
+        measure=getattr(args, 'measure', None),
         measure_options=dict(repeats=getattr(args, 'measure_rounds', 21),
                              threads=getattr(args, 'threads', None)),
-        batches=train_batches(getattr(args, 'taylor_batches', 4), seed=options['seed']),
-        scorer_options=options, refine=getattr(args, 'refine', LATENCY_REFINE),
-        latency_tolerance=getattr(args, 'latency_tolerance', LATENCY_TOLERANCE))
+        batches=train_batches(getattr(args, 'taylor_batches', 4), seed=scorer_options['seed']),
+        scorer_options=scorer_options, refine=getattr(args, 'refine', LATENCY_REFINE),
+        latency_tolerance=_or_resource(getattr(args, 'latency_tolerance', None)),
+        runtime=getattr(args, 'runtime', None))
     for line in result.lines:
         print(line)
     for line in result.warnings:
@@ -173,13 +180,36 @@ def export(args):
     return result.as_dict()
 
 
+def _or_resource(value):
+    """A measured target's tolerance: the one given, else the resource's own."""
+    return 'resource' if value is None else value
+
+
 def _target(args):
-    """(resource, ratio) of --target-flops / --target-params / --target-latency, or None."""
-    for resource in TARGETS:
+    """(resource, ratio) of the ``--target-<resource>`` given, or None."""
+    for resource in resource_names():
         value = getattr(args, f'target_{resource}', None)
         if value is not None:
             return resource, value
     return None
+
+
+def _resource_options(args, target) -> dict:
+    """The target resource's options from their flags (``--latency-table`` of
+    ``--target-latency``): every one it takes is needed, and no other resource's is given
+    (one line otherwise)."""
+    resource = target[0] if target else None
+    for other in resource_names():
+        for option in resource_options(other):
+            if other != resource and getattr(args, option, None) is not None:
+                raise UserError(f'{_flag(option)} is an option of --target-{other}; give '
+                                f'--target-{other} R')
+    options = {o: getattr(args, o, None) for o in resource_options(resource)}
+    missing = [o for o, v in options.items() if not v]
+    if missing:
+        raise UserError(f'--target-{resource} needs {", ".join(_flag(o) for o in missing)} '
+                        f'({"; ".join(resource_help(resource).split("; ")[:1])}; see --help)')
+    return options
 
 
 def main(argv=None):

@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import platform
 import statistics
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -39,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmdcs.selection import DCSAttention, SubnetSpec
+from mmdcs.selection.budget import Measure
 from .complexity import (TABLE_MODELS, _takes_mode, backbone_class,
                          build_backbone, count_flops, default_input_size, flop_analysis,
                          flops_budget_subnet, flops_ranked_subnet, random_subnet)
@@ -100,8 +102,8 @@ def num_threads(n: Optional[int]):
         torch.set_num_threads(old)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == 'cuda':
+def _sync(device) -> None:
+    if device is not None and torch.device(device).type == 'cuda':
         torch.cuda.synchronize(device)
 
 
@@ -111,58 +113,262 @@ def _forward_fn(model: nn.Module) -> Callable:
     return model
 
 
-@torch.inference_mode()
-def time_models(models: Dict[str, nn.Module], inputs: torch.Tensor, warmup: int = 3,
-                repeats: int = 10, number: int = 1, threads: Optional[int] = None
-                ) -> Dict[str, dict]:
-    """Time several models on the same input, interleaved round by round.
+# ----------------------------------------------------------------------------- the harness
+#: the clocks a measurement reads: wall time, or the calling thread's CPU time (with one
+#: intra-op thread on the CPU every operator of PyTorch and of onnxruntime runs on the calling
+#: thread, so this is the time the forward computes, without the time a shared machine's
+#: scheduler gives other processes; on a quiet machine the two agree)
+CLOCKS = {'wall': time.perf_counter, 'thread': time.thread_time}
+#: what :func:`measure_pair` measures, as a record's name (``meta['budget']['measured']``)
+TIMED = 'latency'
+#: a timed item: a call of no arguments and the module it runs (what a synthetic meter reads)
+Item = Tuple[Callable[[], object], Optional[nn.Module]]
 
-    Args:
-        models: name → module (moved to ``inputs.device`` and set to eval here).
-        inputs: the input batch (its device is where the models run).
-        warmup: untimed calls of each model first (≥ 0).
-        repeats: timed rounds (≥ 1); each round times ``number`` calls of each model.
-        number: calls per round.
-        threads: ``torch.set_num_threads`` for the measurement (None: unchanged).
 
-    Returns:
-        name → dict(median_ms, min_ms, mean_ms, stdev_ms (per batch), ms_per_image (median
-        per image), rounds (list of per-batch ms), batch, device, threads).
-    """
-    if repeats < 1 or number < 1 or warmup < 0:
-        raise ValueError(f'need repeats >= 1, number >= 1, warmup >= 0; got {repeats}, '
-                         f'{number}, {warmup}')
-    device = inputs.device
-    fns = {}
-    for name, m in models.items():
-        m.to(device).eval()
-        fns[name] = _forward_fn(m)
-    times: Dict[str, List[float]] = {n: [] for n in models}
-    with num_threads(threads):
+class Meter:
+    """Seconds per call of ``fn`` on every clock of ``clocks`` (names of :data:`CLOCKS`, or
+    name → a clock function), all read around the same calls: ``number`` calls, then more
+    until ``min_time`` has passed on the first clock; on CUDA synchronised before the first
+    call and after the last. ``meter(fn, module)`` is the one thing :func:`time_interleaved`
+    asks of a meter (tests replace it with a synthetic one, which may return a float: the same
+    seconds on every clock)."""
+
+    def __init__(self, clocks: Union[Sequence[str], Dict[str, Callable[[], float]]] = ('wall', ),
+                 min_time: float = 0., number: int = 1, device=None):
+        if not isinstance(clocks, dict):
+            unknown = [c for c in clocks if c not in CLOCKS]
+            if unknown or not clocks:
+                raise ValueError(f'clocks must be among {", ".join(CLOCKS)}, got '
+                                 f'{list(clocks)}')
+            clocks = {c: CLOCKS[c] for c in clocks}
+        if number < 1 or min_time < 0:
+            raise ValueError(f'need number >= 1 and min_time >= 0, got {number}, {min_time}')
+        self.read, self.clocks = dict(clocks), tuple(clocks)
+        self.min_time, self.number, self.device = float(min_time), int(number), device
+        if device is not None and torch.device(device).type == 'cuda' and 'thread' in clocks:
+            raise ValueError('CUDA is timed with the wall clock')
+
+    def __call__(self, fn: Callable[[], object], module=None) -> Dict[str, float]:
+        _sync(self.device)
+        first = self.read[self.clocks[0]]
+        t0 = {c: read() for c, read in self.read.items()}
+        n = 0
+        while True:
+            fn()
+            n += 1
+            if n >= self.number:
+                _sync(self.device)
+                if first() - t0[self.clocks[0]] >= self.min_time:
+                    break
+        return {c: (read() - t0[c]) / n for c, read in self.read.items()}
+
+
+def time_interleaved(items: Dict[str, Item], rounds: int, warmup: int,
+                     meter: Callable, clocks: Sequence[str] = ('wall', )
+                     ) -> Dict[str, Dict[str, List[float]]]:
+    """THE timing loop of mmdcs: ms per call of every item over ``rounds`` interleaved rounds,
+    every item once per round, the order rotated by one every round (no item always runs right
+    after the same one, and a load change on a shared machine hits every item alike), after
+    ``warmup`` untimed calls of each; ``meter(fn, module)`` → seconds per call (a
+    :class:`Meter`, or a synthetic one: a float is the same on every clock of ``clocks``).
+    Returns name → clock → ms per round."""
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f'need rounds >= 1, warmup >= 0; got {rounds}, {warmup}')
+    names = list(items)
+    out = {n: {c: [] for c in clocks} for n in names}
+    with torch.inference_mode():
         for _ in range(warmup):
-            for fn in fns.values():
-                fn(inputs)
-        _sync(device)
-        for r in range(repeats):
-            # alternate the order too, so neither model always runs right after the other
-            order = list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]
-            for name, fn in order:
-                _sync(device)
-                t0 = time.perf_counter()
-                for _ in range(number):
-                    fn(inputs)
-                _sync(device)
-                times[name].append((time.perf_counter() - t0) * 1e3 / number)
-        used_threads = torch.get_num_threads()
-    batch = int(inputs.shape[0])
-    out = {}
-    for name, ts in times.items():
-        med = statistics.median(ts)
-        out[name] = dict(median_ms=med, min_ms=min(ts), mean_ms=statistics.fmean(ts),
-                         stdev_ms=statistics.stdev(ts) if len(ts) > 1 else 0.,
-                         ms_per_image=med / batch, rounds=ts, batch=batch,
-                         device=str(device), threads=used_threads)
+            for fn, _m in items.values():
+                fn()
+        for r in range(rounds):
+            k = r % len(names)
+            for n in names[k:] + names[:k]:
+                got = meter(*items[n])
+                for c in clocks:
+                    out[n][c].append(1e3 * float(got[c] if isinstance(got, dict) else got))
     return out
+
+
+def spread(values: Sequence[float]) -> float:
+    """Relative spread of a measurement's rounds: (max − min) / median."""
+    med = statistics.median(values)
+    return (max(values) - min(values)) / med if med > 0 else 0.
+
+
+def timing_stats(ms: Dict[str, List[float]], batch: int = 1) -> dict:
+    """The summary of one item's rounds (``clock → ms``, the first clock the primary one):
+    median_ms, min_ms, mean_ms, stdev_ms (per call), ms_per_image (median / batch), rounds
+    (the primary clock's), spread, and ``clocks`` (clock → median ms)."""
+    clock, ts = next(iter(ms.items()))
+    med = statistics.median(ts)
+    return dict(median_ms=med, min_ms=min(ts), mean_ms=statistics.fmean(ts),
+                stdev_ms=statistics.stdev(ts) if len(ts) > 1 else 0., ms_per_image=med / batch,
+                rounds=list(ts), spread=spread(ts), clock=clock,
+                clocks={c: statistics.median(v) for c, v in ms.items()})
+
+
+# ----------------------------------------------------------------------------- runtimes
+#: the dtypes a table or a measurement runs in
+DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
+
+
+class TorchRuntime:
+    """PyTorch eager, the runtime a network is timed in by default: a module called in
+    inference mode on ``device`` in ``dtype``, with ``threads`` intra-op threads
+    (``torch.set_num_threads`` while timing, restored after). Every runtime (registered with
+    :func:`register_runtime`) has this interface: ``prepare(module, args, kwargs, key)`` → a
+    call of no arguments running the module once on those inputs; ``running()``, the context
+    the calls run in; ``identity()``, what a measurement records of it; ``in_graph``, whether
+    a module can be timed alone on the input it gets inside a network (onnxruntime times
+    exported graphs: a module becomes a graph of its own, cached by ``key``);
+    ``writes_files``, whether a prepared network is a file (the callable's ``file``)."""
+    name = 'torch'
+    in_graph = True
+    #: whether a prepared network is a file the runtime runs (onnxruntime: its ONNX file)
+    writes_files = False
+
+    def __init__(self, device: str = 'cpu', threads: Optional[int] = 1, dtype: str = 'fp32',
+                 workdir: Optional[str] = None, keep_files: bool = False):
+        self.device, self.threads, self.dtype = torch.device(device), threads, dtype
+        self.workdir = workdir  # PyTorch runs modules in memory: no file, nothing kept
+
+    def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        """An input on the runtime's device and dtype."""
+        return x.to(self.device, DTYPES[self.dtype])
+
+    def prepare(self, module: nn.Module, args: tuple, kwargs: Optional[dict] = None,
+                key: Optional[str] = None) -> Callable[[], object]:
+        module.to(self.device, DTYPES[self.dtype]).eval()
+        fn = _forward_fn(module)
+        kwargs = kwargs or {}
+        return lambda: fn(*args, **kwargs)
+
+    def running(self):
+        return num_threads(self.threads if self.device.type == 'cpu' else None)
+
+    def identity(self) -> dict:
+        return dict(name=self.name, version=torch.__version__,
+                    options=dict(intra_op_threads=self.threads, device=str(self.device),
+                                 dtype=self.dtype))
+
+
+#: runtime name → its class (:class:`TorchRuntime`'s interface)
+_RUNTIMES: Dict[str, Callable] = {'torch': TorchRuntime}
+
+
+def register_runtime(name: str, cls: Callable) -> None:
+    """Make ``name`` a runtime of tables and measurements (``--runtime NAME``): ``cls(device,
+    threads, dtype, workdir, keep_files=False)`` with :class:`TorchRuntime`'s interface; its
+    constructor refuses
+    in one line (``ValueError``) what it cannot run here (a missing package or execution
+    provider, a dtype)."""
+    _RUNTIMES[name] = cls
+
+
+def runtime_names() -> Tuple[str, ...]:
+    """The registered runtimes (``torch``; ``onnxruntime`` and ``tensorrt`` once
+    :mod:`mmdcs.apis` is imported)."""
+    return tuple(_RUNTIMES)
+
+
+def build_runtime(measure: Measure, workdir: Optional[str] = None, keep_files: bool = False):
+    """The runtime a :class:`~mmdcs.selection.budget.Measure` names, set up as it says
+    (``keep_files``: a runtime that writes files, such as onnxruntime's ONNX files, keeps those
+    of the networks it measured while it lives); ``ValueError`` (one line) for an unknown one
+    or one that cannot run here."""
+    if measure.runtime not in _RUNTIMES:
+        raise ValueError(f'runtime {measure.runtime!r} is not available here (known: '
+                         f'{", ".join(_RUNTIMES)})')
+    if measure.dtype not in DTYPES:
+        raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {measure.dtype!r}')
+    return _RUNTIMES[measure.runtime](measure.device, measure.threads, measure.dtype, workdir,
+                                      keep_files=keep_files)
+
+
+def measure_clocks(measure: Measure) -> List[str]:
+    """The clocks a measurement reads: the measure's first, then the wall clock."""
+    return [measure.clock] + [c for c in ('wall', ) if c != measure.clock]
+
+
+def time_models(models: Dict[str, nn.Module], inputs: torch.Tensor, warmup: int = 3,
+                repeats: int = 10, number: int = 1, threads: Optional[int] = None, *,
+                measure: Optional[Measure] = None, runtime=None,
+                meter: Optional[Callable] = None,
+                keys: Optional[Dict[str, str]] = None) -> Dict[str, dict]:
+    """Time several models on the same input, interleaved round by round
+    (:func:`time_interleaved`), in a runtime (default PyTorch eager on ``inputs``' device,
+    ``threads`` intra-op threads; or as ``measure`` says, its rounds and warm-up then replacing
+    ``repeats`` and ``warmup``). ``keys``: name → the runtime's cache key of the model (a
+    model prepared under a key before is not exported again by onnxruntime).
+
+    Returns name → :func:`timing_stats` (median_ms, min_ms, mean_ms, stdev_ms per batch,
+    ms_per_image, rounds, spread, clocks) with batch, device, threads and the runtime's file
+    of the model (``file``: onnxruntime's ONNX file, else None)."""
+    if measure is None:
+        measure = Measure(device=str(inputs.device), threads=threads, batch=int(inputs.shape[0]),
+                          rounds=repeats, warmup=warmup)
+    if measure.rounds < 1 or number < 1 or measure.warmup < 0:
+        raise ValueError(f'need repeats >= 1, number >= 1, warmup >= 0; got {measure.rounds}, '
+                         f'{number}, {measure.warmup}')
+    runtime = runtime or build_runtime(measure)
+    x = runtime.tensor(inputs)
+    clocks = measure_clocks(measure)
+    with runtime.running():
+        items = {n: (runtime.prepare(m, (x, ), key=(keys or {}).get(n)), m)
+                 for n, m in models.items()}
+        meter = meter or Meter(clocks, number=number, device=measure.device)
+        ms = time_interleaved(items, measure.rounds, measure.warmup, meter, clocks)
+        used = torch.get_num_threads()
+    batch = int(inputs.shape[0])
+    return {n: dict(timing_stats(v, batch), batch=batch, device=str(measure.device),
+                    threads=measure.threads or used, file=getattr(items[n][0], 'file', None))
+            for n, v in ms.items()}
+
+
+def network_key(net: nn.Module, inputs: torch.Tensor) -> str:
+    """A runtime's cache key of a whole network that does not change (a baseline): its class,
+    arch and variant, its parameters' count and the input's shape."""
+    return repr((type(net).__name__, getattr(net, 'arch', None), getattr(net, 'variant', None),
+                 sum(p.numel() for p in net.parameters()), tuple(inputs.shape)))
+
+
+def measure_pair(baseline: nn.Module, pruned: nn.Module, inputs: torch.Tensor,
+                 measure: Measure, runtime=None, meter: Optional[Callable] = None) -> dict:
+    """A pruned network's latency against its baseline's, as ``measure`` says (its runtime,
+    threads, batch, clock, rounds; :func:`time_models`): the record a measurement of a target
+    keeps — baseline_ms, pruned_ms and ratio on the measure's clock, ratio_wall (the wall
+    clock's), rounds, clock, threads, batch, device, device_name, runtime (name, version,
+    options) — and, under ``files``, the runtime's files of both (onnxruntime: the ONNX
+    files; the baseline's is prepared once per runtime)."""
+    runtime = runtime or build_runtime(measure)
+    t = time_models(dict(baseline=baseline, pruned=pruned), inputs, measure=measure,
+                    runtime=runtime, meter=meter,
+                    keys=dict(baseline=network_key(baseline, inputs)))
+    b, p = t['baseline'], t['pruned']
+    wall = ((p['clocks']['wall'] / b['clocks']['wall']) if 'wall' in p['clocks']
+            else p['median_ms'] / b['median_ms'])
+    return dict(baseline_ms=float(b['median_ms']), pruned_ms=float(p['median_ms']),
+                ratio=float(p['median_ms'] / b['median_ms']), ratio_wall=float(wall),
+                rounds=int(measure.rounds), clock=str(b['clock']), threads=measure.threads,
+                batch=int(measure.batch), device=str(measure.device),
+                device_name=device_name(measure.device), runtime=runtime.identity(),
+                spread=max(b['spread'], p['spread']),
+                files=dict(baseline=b['file'], pruned=p['file']))
+
+
+def device_name(device) -> str:
+    """The GPU's name, or the CPU model (``/proc/cpuinfo``, else ``platform.processor()``)."""
+    device = torch.device(device)
+    if device.type == 'cuda':
+        return torch.cuda.get_device_name(device)
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.lower().startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or 'unknown CPU'
 
 
 def profile_ops(models: Union[nn.Module, Dict[str, nn.Module]], inputs: torch.Tensor,
@@ -263,16 +469,9 @@ def theta_fusion_timing(model: nn.Module, inputs: torch.Tensor, rounds: int = 7,
 
             def fused():
                 return F.linear(x, wf, bf).split(split, -1)
-            fns = {'separate': separate, 'fused': fused}
-            times: Dict[str, List[float]] = {k: [] for k in fns}
-            for fn in fns.values():
-                fn()
-            for r in range(max(1, rounds)):
-                for k, fn in (list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]):
-                    t0 = time.perf_counter()
-                    for _ in range(number):
-                        fn()
-                    times[k].append((time.perf_counter() - t0) / number * 1e6)
+            times = time_interleaved({'separate': (separate, m), 'fused': (fused, m)},
+                                     max(1, rounds), 1, Meter(number=number))
+            times = {k: [t * 1e3 for t in v['wall']] for k, v in times.items()}  # µs
             sep, fus = statistics.median(times['separate']), statistics.median(times['fused'])
             rows.append(dict(name=name, tokens=x.shape[0], in_dim=x.shape[1],
                              out_qkv=split[0], out_theta=split[1], separate_us=sep,
@@ -362,26 +561,27 @@ def module_scaling(base: nn.Module, sub: nn.Module, inputs: torch.Tensor, rounds
                 sizes[_k][_n] = _numel(out)
             handles += [leaf.register_forward_pre_hook(pre), leaf.register_forward_hook(post)]
     fns = {k: _forward_fn(m) for k, m in models.items()}
-    totals: Dict[str, List[float]] = {k: [] for k in models}
+
+    def call(k):
+        def run():
+            for v in records[k].values():
+                v.append(0.)  # this call's time per leaf, added up by the hooks
+            fns[k](inputs)
+        return run
     try:
         with num_threads(threads):
             for fn in fns.values():
                 fn(inputs)
             for k in models:
                 records[k].clear()
-            for r in range(max(1, rounds)):
-                for k, fn in (list(fns.items()) if r % 2 == 0 else list(fns.items())[::-1]):
-                    for v in records[k].values():
-                        v.append(0.)
-                    t0 = time.perf_counter()
-                    fn(inputs)
-                    totals[k].append(time.perf_counter() - t0)
+            totals = time_interleaved({k: (call(k), m) for k, m in models.items()},
+                                      max(1, rounds), 0, Meter())
     finally:
         for h in handles:
             h.remove()
     med = {k: {n: statistics.median(v[-rounds:]) * 1e3 for n, v in rec.items()}
            for k, rec in records.items()}
-    total = {k: statistics.median(v) * 1e3 for k, v in totals.items()}
+    total = {k: statistics.median(v['wall']) for k, v in totals.items()}
     parts = {p: dict(part=p, base_ms=0., sub_ms=0., base_mflops=0., sub_mflops=0.)
              for p in SCALING_PARTS}
     expected = 0.
@@ -591,7 +791,8 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                  batch_sizes: Sequence[int] = (1, 16), devices: Sequence[str] = ('cpu', 'cuda'),
                  threads: Optional[int] = 1, warmup: int = 3, repeats: int = 10,
                  number: int = 1, tolerance: float = DEFAULT_TOLERANCE, seed: int = 0,
-                 models: Optional[Tuple[nn.Module, nn.Module]] = None) -> List[dict]:
+                 models: Optional[Tuple[nn.Module, nn.Module]] = None,
+                 runtime: str = 'torch') -> List[dict]:
     """Baseline vs subnet latency of one arch, every batch size and available device.
 
     Args:
@@ -605,6 +806,8 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         models: (baseline, subnet) already built (then ratio and variant only label the row:
             ``ratio`` unless the subnet has a ``subnet_spec``, ``variant`` or the subnet's;
             ``ratio=None`` shows no kept ratio).
+        runtime: what the networks run in (:func:`build_runtime`: ``'torch'``,
+            ``'onnxruntime'``, ...).
 
     Returns:
         one dict per (device, batch): model, variant, kept_ratio, input, device, batch, threads,
@@ -628,7 +831,7 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
     base_flops = count_flops(base, size)
     sub_flops = count_flops(sub, size)
     flops_ratio = sub_flops / base_flops
-    rows = []
+    rows, runtimes = [], {}
     for dev in devices:
         if dev == 'cuda' and not torch.cuda.is_available():
             continue
@@ -636,8 +839,12 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
         for b in batch_sizes:
             g = torch.Generator().manual_seed(seed)
             x = torch.randn((int(b), 3) + tuple(size), generator=g).to(device)
-            t = time_models({'baseline': base, 'subnet': sub}, x, warmup, repeats, number,
-                            threads if device.type == 'cpu' else None)
+            measure = Measure(runtime=runtime, device=dev, batch=int(b), rounds=repeats,
+                              warmup=warmup, threads=threads if device.type == 'cpu' else None)
+            if dev not in runtimes:
+                runtimes[dev] = build_runtime(measure)
+            t = time_models({'baseline': base, 'subnet': sub}, x, number=number,
+                            measure=measure, runtime=runtimes[dev])
             lat_ratio = t['subnet']['median_ms'] / t['baseline']['median_ms']
             lat_ratio_min = t['subnet']['min_ms'] / t['baseline']['min_ms']
             gap = lat_ratio - flops_ratio
@@ -652,7 +859,7 @@ def latency_pair(arch: str, ratio: float = 0.7, variant: Optional[str] = None,
                 base_gflops=base_flops / 1e9,
                 sub_gflops=sub_flops / 1e9, flops_ratio=flops_ratio, gap=gap,
                 within=abs(gap) <= tolerance, tolerance=tolerance,
-                repeats=repeats, warmup=warmup))
+                repeats=repeats, warmup=warmup, runtime=runtime))
             if spec is not None and spec.heads:  # head selection: the kept heads, summed
                 rows[-1].update(heads_kept=sum(b.kept for b in spec.heads),
                                 heads_total=sum(b.dim for b in spec.heads))

@@ -94,25 +94,24 @@ def spec_widths(spec: dict) -> Dict[str, Tuple[int, ...]]:
 def compare_grid_orders(arch: str, target: float = 0.7, input_size=None,
                         select_hidden=False, batch: int = 1, threads: Optional[int] = 1,
                         rounds: int = 5, repeats: int = 21, multiple_of: int = 8, seed: int = 0,
-                        table_timer: Optional[Callable] = None,
-                        timer: Optional[Callable] = None,
-                        clock_timer: Optional[Callable] = None,
+                        table_meter: Optional[Callable] = None,
+                        meter: Optional[Callable] = None,
                         progress: Optional[Callable[[str], None]] = None) -> List[dict]:
     """One row per grid order (:data:`GRID_ORDERS`): the paper model's table built that way on
     this CPU, its export at ``target`` measured (:func:`latency_target_row`), and the smooth
-    surface's prediction of that export (:func:`surface_ratio`). ``table_timer``, ``timer`` and
-    ``clock_timer``: injected timers (tests)."""
+    surface's prediction of that export (:func:`surface_ratio`). ``table_meter`` and
+    ``meter``: synthetic meters (tests)."""
     sup, base, size, variant = supernet_pair(arch, None, input_size, select_hidden, seed)
     rows = []
     for name, rotate, pool in GRID_ORDERS:
         started = time.perf_counter()
         table = build_table(sup, base, size, batch, threads, 'fp32', 'cpu', rounds,
-                            multiple_of=multiple_of, timer=table_timer, seed=seed,
+                            multiple_of=multiple_of, meter=table_meter, seed=seed,
                             progress=progress, rotate=rotate, pool=pool)
         row = latency_target_row(arch, target, batch, threads, variant=variant,
                                  input_size=size, select_hidden=select_hidden,
                                  multiple_of=multiple_of, table=table, repeats=repeats,
-                                 timer=timer, clock_timer=clock_timer, seed=seed)
+                                 meter=meter, seed=seed)
         rows.append(dict(grid=name, model=arch, input=f'{size[0]}x{size[1]}', target=target,
                          predicted_ratio=row['predicted_ratio'],
                          surface_ratio=surface_ratio(table, spec_widths(row['spec'])),

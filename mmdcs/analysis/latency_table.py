@@ -30,10 +30,12 @@ What is measured (:func:`build_table`):
   baseline timed beside them (to the median of those baselines, the table's ``baseline_ms``);
   the pruned network at full width is timed interleaved with the baseline at the start.
 
-Every timing is ``timer(fn, module)`` → seconds per call (injectable: the tests use a synthetic
-one; default :class:`WallTimer`), in ``rounds`` rounds that interleave every timed module of a
-grid point (the order reversed every other round), medians per module. Times are stored in ms
-per call of the batch. Threads are fixed with ``torch.set_num_threads`` for the whole build.
+Every timing goes through the one harness, :func:`mmdcs.analysis.latency.time_interleaved`:
+``meter(fn, module)`` → seconds per call (injectable: the tests use a synthetic one; default a
+:class:`~mmdcs.analysis.latency.Meter` on the table's clock), in ``rounds`` rounds that
+interleave every timed module of a grid point (the order rotated every round), medians per
+module. Times are stored in ms per call of the batch. The networks run in a *runtime*
+(``build_table(runtime=...)``; default PyTorch eager, its threads fixed for the whole build).
 
 :func:`validate` measures random subnets end to end against the baseline (interleaved, medians)
 and compares their latency ratio with the prediction; :func:`load_table` (the one reader,
@@ -41,7 +43,7 @@ and compares their latency ratio with the prediction; :func:`load_table` (the on
 runs) and refuses a corrupt, truncated or malformed one in one line.
 """
 import copy
-import platform
+import itertools
 import random
 import statistics
 import time
@@ -52,55 +54,19 @@ import torch.nn as nn
 
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
-from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN
+from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN, Measure
 from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, read_table,
                                           selection_options)
 from mmdcs.selection.subnet import head_selectors, hidden_selectors, prunable_modules
-from .latency import _ALLOCATOR, keep_freed_memory, num_threads
+from . import latency as harness
+from .latency import (_ALLOCATOR, DTYPES, TorchRuntime, build_runtime, device_name,
+                      measure_pair, network_key, spread, time_interleaved)
 
-Timer = Callable[[Callable[[], object], nn.Module], float]
-DTYPES = {'fp32': torch.float32, 'fp16': torch.float16, 'bf16': torch.bfloat16}
-
-
-#: the clocks a :class:`WallTimer` reads: wall time, or the calling thread's CPU time
-CLOCKS = {'wall': time.perf_counter, 'thread': time.thread_time}
-
-
-class WallTimer:
-    """Seconds per call of ``fn``: calls it until ``min_time`` has passed (at least once) and
-    divides; on CUDA synchronised before the first and after the last call.
-
-    ``clock='thread'`` reads the calling thread's CPU time instead of the wall clock: with one
-    intra-op thread on the CPU every operator runs on the calling thread, so this is the time
-    the forward computes, without the time the scheduler gives other processes on a shared
-    machine (on a quiet machine the two agree). More threads, or CUDA: the wall clock."""
-
-    def __init__(self, min_time: float = 2e-3, device: Optional[torch.device] = None,
-                 clock: str = 'wall'):
-        if clock not in CLOCKS:
-            raise ValueError(f'clock must be one of {", ".join(CLOCKS)}, got {clock!r}')
-        self.min_time = float(min_time)
-        self.cuda = device is not None and torch.device(device).type == 'cuda'
-        if self.cuda and clock != 'wall':
-            raise ValueError('CUDA is timed with the wall clock')
-        self.clock_name = clock
-        self.clock = CLOCKS[clock]
-
-    def _sync(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-
-    def __call__(self, fn: Callable[[], object], module: nn.Module) -> float:
-        self._sync()
-        t0 = self.clock()
-        n = 0
-        while True:
-            fn()
-            n += 1
-            self._sync()
-            elapsed = self.clock() - t0
-            if elapsed >= self.min_time:
-                return elapsed / n
+#: ``meter(fn, module)`` → seconds per call (:func:`mmdcs.analysis.latency.time_interleaved`)
+Meter_ = Callable[[Callable[[], object], nn.Module], object]
+#: how long a table's meter calls a module at least per timing (short modules are called
+#: repeatedly, the time per call taken)
+MIN_TIME = 2e-3
 
 
 def default_clock(device: str, threads: Optional[int]) -> str:
@@ -108,35 +74,19 @@ def default_clock(device: str, threads: Optional[int]) -> str:
     return 'thread' if torch.device(device).type == 'cpu' and threads == 1 else 'wall'
 
 
-def clock_timer(clock: str = 'thread') -> Callable:
-    """A replacement of :func:`mmdcs.analysis.latency.time_models` (its signature and result
-    keys) that reads ``clock`` (:data:`mmdcs.analysis.latency_table.CLOCKS`): ``'thread'``, the
-    calling thread's CPU time — what a one-thread latency table is measured with, without the
-    time a shared machine's scheduler gives other processes (on a quiet machine the wall clock
-    agrees). Interleaved rounds (the order reversed every other round), medians; glibc keeps
-    freed memory, as while a table is measured (:func:`mmdcs.analysis.latency.
-    keep_freed_memory`: process-wide)."""
-    def timer(models, x, warmup: int = 3, repeats: int = 21, threads: Optional[int] = None):
-        keep_freed_memory()
-        fns = {k: ((lambda m=m: m(x)), m.eval()) for k, m in models.items()}
-        with num_threads(threads):
-            ms = _rounds(fns, repeats, warmup, WallTimer(clock=clock))
-        return {k: dict(median_ms=statistics.median(v), threads=threads, device=str(x.device),
-                        clock=clock) for k, v in ms.items()}
-    return timer
-
-
 def width_grid(dim: int, multiple_of: int = 8) -> List[int]:
     """The widths a unit of full width ``dim`` is measured at: multiples of ``multiple_of``
     from ``multiple_of`` up, the step the largest multiple of ``multiple_of`` not above half
-    the width reached (at least ``multiple_of``), and ``dim`` itself; ``[dim]`` when
-    ``dim <= multiple_of``."""
+    the width reached (at least ``multiple_of``), one group below the full width (the step in
+    time when a block's first group goes: a block at full width has no gather / scatter), and
+    ``dim`` itself; ``[dim]`` when ``dim <= multiple_of``."""
     m = max(1, int(multiple_of))
     out, w = [], m
     while w < dim:
         out.append(w)
         w += max(m, (w // 2) // m * m)
-    return out + [int(dim)]
+    below = (dim - 1) // m * m  # the largest multiple of m below the full width
+    return sorted(set(out + [below] if below >= m else out)) + [int(dim)]
 
 
 def head_grid(heads: int, every: int = 16) -> List[int]:
@@ -148,21 +98,6 @@ def head_grid(heads: int, every: int = 16) -> List[int]:
         w = min(int(heads), w + max(1, w // 4))
         out.append(w)
     return out
-
-
-def device_name(device: torch.device) -> str:
-    """The GPU's name, or the CPU model (``/proc/cpuinfo``, else ``platform.processor()``)."""
-    device = torch.device(device)
-    if device.type == 'cuda':
-        return torch.cuda.get_device_name(device)
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.lower().startswith('model name'):
-                    return line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or 'unknown CPU'
 
 
 # ----------------------------------------------------------------------------- structure
@@ -350,61 +285,26 @@ def _capture(net: nn.Module, names: Sequence[str], x: torch.Tensor) -> Dict[str,
     return {n: tuple(v) for n, v in seen.items()}
 
 
-def _rounds(fns: Dict[str, Tuple[Callable, nn.Module]], rounds: int, warmup: int,
-            timer: Timer) -> Dict[str, List[float]]:
-    """ms per call of every fn over ``rounds`` interleaved rounds (order reversed every other
-    round), after ``warmup`` untimed calls of each."""
-    items = list(fns.items())
-    with torch.inference_mode():
-        for _ in range(warmup):
-            for _, (fn, _m) in items:
-                fn()
-        out: Dict[str, List[float]] = {k: [] for k in fns}
-        for r in range(rounds):
-            for k, (fn, m) in (items if r % 2 == 0 else items[::-1]):
-                out[k].append(timer(fn, m) * 1e3)
-    return out
-
-
-def _call(mod, args, kwargs):
-    return lambda: mod(*args, **kwargs)
-
-
-def _spread(values: Sequence[float]) -> float:
-    """Relative spread of a module's rounds: (max − min) / median."""
-    med = statistics.median(values)
-    return (max(values) - min(values)) / med if med > 0 else 0.
-
-
-def _grid_points(units: Dict[str, dict]) -> int:
-    return max(len(u.get('grid_channels') or [0]) * len(u.get('grid_hidden') or [0])
-               if 'heads' not in u else len(u['grid_heads']) for u in units.values())
-
-
-def _unit_points(u: dict) -> int:
+def _axes(u: dict) -> List[Tuple[str, List[int]]]:
+    """A unit's grid axes: ``(kind, widths)`` — its heads, its channels and / or hidden units
+    (a pair: both, its cells the product)."""
     if 'heads' in u:
-        return len(u['grid_heads'])
-    return len(u['grid_channels'] or [0]) * len(u['grid_hidden'] or [0]) if (
-        u['grid_channels'] and u['grid_hidden']) else len(u['grid_channels'] or u['grid_hidden'])
+        return [(HEADS, u['grid_heads'])]
+    return [(k, g) for k, g in ((CHANNELS, u['grid_channels']), (HIDDEN, u['grid_hidden']))
+            if g]
 
 
-def _point(u: dict, k: int) -> Tuple[Dict[Tuple[str, str], int], Tuple[int, ...]]:
-    """(unit → width, table index) of unit ``u`` at grid point ``k`` (a unit with fewer
-    points stays at its last one)."""
-    p = u['path']
-    if 'heads' in u:
-        j = min(k, len(u['grid_heads']) - 1)
-        return {(HEADS, p): u['grid_heads'][j]}, (j, )
-    gd, gh = u['grid_channels'], u['grid_hidden']
-    if gd and gh:
-        k = min(k, len(gd) * len(gh) - 1)
-        i, j = divmod(k, len(gh))
-        return {(CHANNELS, p): gd[i], (HIDDEN, p): gh[j]}, (i, j)
-    if gd:
-        i = min(k, len(gd) - 1)
-        return {(CHANNELS, p): gd[i]}, (i, )
-    j = min(k, len(gh) - 1)
-    return {(HIDDEN, p): gh[j]}, (j, )
+def _cells(u: dict) -> List[Tuple[int, ...]]:
+    """Every grid cell of a unit (channel-major for a pair)."""
+    return [tuple(c) for c in itertools.product(*(g for _, g in _axes(u)))]
+
+
+def _assign(u: dict, cell: Tuple[int, ...]) -> Dict[Tuple[str, str], int]:
+    return {(kind, u['path']): w for (kind, _), w in zip(_axes(u), cell)}
+
+
+def _full_cell(u: dict) -> Tuple[int, ...]:
+    return tuple(g[-1] for _, g in _axes(u))
 
 
 #: layers that compute nothing in eval (dropout, stochastic depth): one kind in a signature, so
@@ -432,29 +332,288 @@ def _structure(net: nn.Module, path: str) -> tuple:
     return tuple(out)
 
 
+def _shapes(v):
+    if isinstance(v, torch.Tensor):
+        return tuple(v.shape)
+    if isinstance(v, (tuple, list)):
+        return tuple(_shapes(i) for i in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _shapes(i)) for k, i in v.items()))
+    return repr(v)
+
+
+def _module_key(net: nn.Module, name: str, cap: tuple) -> str:
+    """The computation a captured module is: its structure and its inputs' shapes (a runtime
+    that exports graphs exports one per key)."""
+    _mod, args, kwargs, calls = cap
+    return repr((_structure(net, name), _shapes(args), _shapes(kwargs), calls))
+
+
 def _signature(net: nn.Module, u: dict, cap: Dict[str, tuple]) -> str:
     """Units with the same signature are the same computation on the same input shape (the 12
     blocks of a ViT; a Swin stage's blocks of one shift): their times differ by noise only."""
-    def shapes(v):
-        if isinstance(v, torch.Tensor):
-            return tuple(v.shape)
-        if isinstance(v, (tuple, list)):
-            return tuple(shapes(i) for i in v)
-        return repr(v)
     mod, args, kwargs, calls = cap[u['timed']]
     return repr((u.get('channels'), u.get('hidden'), u.get('heads'), u.get('grid_channels'),
-                 u.get('grid_hidden'), u.get('grid_heads'), calls, shapes(args),
-                 sorted((k, shapes(v)) for k, v in kwargs.items()),
+                 u.get('grid_hidden'), u.get('grid_heads'), calls, _shapes(args),
+                 sorted((k, _shapes(v)) for k, v in kwargs.items()),
                  _structure(net, u['timed']), [_structure(net, e) for e in u['extra']],
                  [_structure(net, m) for m in u.get('minus', ())]))
+
+
+def _linear_misses(grid: Sequence[int], ms: Sequence[float], noise: Sequence[float],
+                   tol: float, multiple_of: int) -> List[int]:
+    """New widths where a curve is not linear: at every interior point whose time is further
+    than ``tol`` (and than twice its noise, ms) from the line through its neighbours, the
+    middles of the two segments around it (multiples of ``multiple_of`` strictly inside)."""
+    m = max(1, int(multiple_of))
+    out = set()
+    for i in range(1, len(grid) - 1):
+        a, w, b = grid[i - 1], grid[i], grid[i + 1]
+        line = ms[i - 1] + (ms[i + 1] - ms[i - 1]) * (w - a) / (b - a)
+        if abs(ms[i] - line) > max(tol, 2 * noise[i]):
+            for lo, hi in ((a, w), (w, b)):
+                mid = (lo + hi) // 2 // m * m
+                if lo < mid < hi:
+                    out.add(mid)
+    return sorted(out - set(grid))
+
+
+class _Build:
+    """The measurement of one latency table (:func:`build_table`): the units, every grid
+    point's timings in the runtime, their entries (pooled and scaled) and the passes that
+    refine them. Not an API: build_table's state."""
+
+    def __init__(self, backbone, baseline, size, batch, dtype, runtime, meter, clock, rounds,
+                 warmup, multiple_of, seed, rotate, pool, say):
+        self.backbone, self.runtime, self.meter, self.clock = backbone, runtime, meter, clock
+        self.rounds, self.warmup, self.m = rounds, warmup, multiple_of
+        self.rotate, self.pool, self.say = rotate, pool, say
+        self.dev, self.tdtype = runtime.device, DTYPES[dtype]
+        in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
+        g = torch.Generator().manual_seed(seed)
+        self.x = runtime.tensor(torch.randn((int(batch), in_ch) + size, generator=g))
+        self.units = self._units(multiple_of)
+        self.started = time.perf_counter()
+        full = pruned_copy(backbone, {}, self.dev, self.tdtype)
+        self._structure_of(full)
+        self.base = baseline.to(self.dev, self.tdtype).eval()
+        self.points: List[tuple] = []  # (baseline ms, {path: (cell, ms, spread)}, rest ms)
+        # the baseline and the full-width pruned network, interleaved
+        self.ends = self._time({'baseline': (self._prepared_base(), self.base),
+                                'full': (runtime.prepare(full, (self.x, )), full)})
+
+    def _units(self, multiple_of):
+        dims, hdims = _units(self.backbone)
+        units = {p: dict(path=p, channels=dims.get(p), hidden=hdims.get(p),
+                         grid_channels=width_grid(dims[p], multiple_of) if p in dims else None,
+                         grid_hidden=width_grid(hdims[p], multiple_of) if p in hdims else None)
+                 for p in dict.fromkeys(list(dims) + list(hdims))}
+        # head-selected attentions: a unit each, timed at every head count (a few heads)
+        for k, a in _head_units(self.backbone).items():
+            units[k] = dict(path=k, heads=a, grid_heads=head_grid(a))
+        return units
+
+    def _structure_of(self, full):
+        """What is timed for every unit, what is subtracted and added, and its signature."""
+        blocks = timed_modules(full, list(self.units), self.x)
+        nested = nested_modules(blocks)
+        extras = extra_modules(self.backbone, blocks)
+        for u in self.units.values():
+            u['timed'] = blocks[u['path']]
+            if nested[u['path']]:
+                u['minus'] = nested[u['path']]  # the other units' modules inside it
+            u['extra'] = sorted({e for key in ((CHANNELS, u['path']), (HIDDEN, u['path']))
+                                 for e in extras.get(key, [])})
+        self.group = {p: p for p in self.units}
+        if self.pool:
+            cap = _capture(full, list(dict.fromkeys(u['timed'] for u in self.units.values())),
+                           self.x)
+            self.group = {p: _signature(full, u, cap) for p, u in self.units.items()}
+
+    def _prepared_base(self):
+        if not hasattr(self, '_base_fn'):
+            self._base_fn = self.runtime.prepare(self.base, (self.x, ),
+                                                 key=network_key(self.base, self.x))
+        return self._base_fn
+
+    def _time(self, items) -> Dict[str, List[float]]:
+        times = time_interleaved(items, self.rounds, self.warmup, self.meter, [self.clock])
+        return {n: v[self.clock] for n, v in times.items()}
+
+    def measure(self, point: Dict[str, Tuple[int, ...]], network: bool) -> None:
+        """Time one grid point: every unit at its cell in one pruned network, each unit's
+        module re-run on the input it gets there (in the runtime: a graph of its own where
+        the runtime cannot time inside a network), the baseline beside it and, with
+        ``network``, the whole pruned network (the constant: network minus its units)."""
+        widths = {k: w for p, cell in point.items() for k, w in
+                  _assign(self.units[p], cell).items()}
+        net = pruned_copy(self.backbone, widths, self.dev, self.tdtype)
+        units = self.units.values()
+        names = list(dict.fromkeys([u['timed'] for u in units]
+                                   + [e for u in units for e in u['extra']]))
+        cap = _capture(net, names, self.x)
+        keyed = not self.runtime.in_graph
+        items = {n: (self.runtime.prepare(m, a, kw, key=_module_key(net, n, cap[n])
+                                          if keyed else None), m)
+                 for n, (m, a, kw, _c) in cap.items()}
+        if network:
+            items['[network]'] = (self.runtime.prepare(net, (self.x, )), net)
+        items['[baseline]'] = (self._prepared_base(), self.base)
+        times = self._time(items)
+        med = {n: statistics.median(ts) * (cap[n][3] if n in cap else 1)
+               for n, ts in times.items()}
+        entries = {}
+        for p, u in self.units.items():
+            # a module around other units' modules: its time minus theirs (noise may take a
+            # difference of two medians below 0)
+            t = max(0., med[u['timed']] - sum(med[n] for n in u.get('minus', ())))
+            t += sum(med[e] for e in u['extra'])
+            entries[p] = (point[p], t, spread(times[u['timed']]))
+        rest = med['[network]'] - sum(e[1] for e in entries.values()) if network else None
+        self.points.append((med['[baseline]'], entries, rest))
+        self.say(f'latency table {self.backbone.arch}: grid point {len(self.points)}/'
+                 f'{self.planned}, {time.perf_counter() - self.started:.1f} s')
+
+    def grid_points(self) -> List[Dict[str, Tuple[int, ...]]]:
+        """The first pass: every unit's cells, rotated (each unit starts at another cell, so
+        the error a point's rounds share falls on different widths of different units) or
+        aligned (every unit at its k-th cell, a unit with fewer staying at its last)."""
+        cells = {p: _cells(u) for p, u in self.units.items()}
+        n = max(len(c) for c in cells.values())
+        shift = {p: (r * len(c)) // len(cells) if self.rotate else 0
+                 for r, (p, c) in enumerate(cells.items())}
+        return [{p: c[(k + shift[p]) % len(c)] if self.rotate else c[min(k, len(c) - 1)]
+                 for p, c in cells.items()} for k in range(n)]
+
+    def extra_points(self, wanted: Dict[str, List[Tuple[int, ...]]]):
+        """Points that visit the ``wanted`` cells of every unit (rotated over the members of a
+        pooled group), every other unit at full width."""
+        n = max((len(c) for c in wanted.values()), default=0)
+        out = []
+        for k in range(n):
+            point = {}
+            for r, (p, u) in enumerate(self.units.items()):
+                c = wanted.get(p) or []
+                point[p] = c[(k + r) % len(c)] if c and (k < len(c) or self.rotate) else \
+                    _full_cell(u)
+            out.append(point)
+        return out
+
+    def run(self, points, network_every: int = 1) -> None:
+        self.planned = len(self.points) + len(points)
+        for k, point in enumerate(points):
+            self.measure(point, network=k % network_every == 0)
+
+    def entries(self) -> Dict[str, Dict[Tuple[int, ...], Tuple[float, float]]]:
+        """unit → cell → (ms, spread): the median over every visit of every unit of its
+        pooled group (aligned grids: a unit's first visit of a cell), each point scaled by the
+        baseline timed beside it (the load of a shared machine drifts over minutes: the table
+        is in one unit, the baseline's); spread: the median relative spread of the visits'
+        rounds."""
+        self.baseline_ms = statistics.median(p[0] for p in self.points)
+        visits: Dict[str, Dict[tuple, List[Tuple[float, float]]]] = {}
+        for base_k, entries, _rest in self.points:
+            scale = self.baseline_ms / base_k if base_k > 0 else 1.
+            for p, (cell, t, s) in entries.items():
+                mine = visits.setdefault(self.group[p], {}).setdefault(cell, [])
+                if self.rotate or not any(q == p for q, _v in mine):
+                    mine.append((p, (t * scale, s)))
+        return {p: {cell: (statistics.median(v[0] for _q, v in vs),
+                           statistics.median(v[1] for _q, v in vs))
+                    for cell, vs in visits[self.group[p]].items()} for p in self.units}
+
+    def nonlinear(self, tol_share: float) -> Dict[str, List[Tuple[int, ...]]]:
+        """The cells to add where a unit's time is not linear in a width (along each axis at
+        the other's full width; a pair gets a whole row or column): :func:`_linear_misses`
+        with a tolerance of ``tol_share`` of the unit's full-width time."""
+        got = self.entries()
+        wanted = {}
+        for p, u in self.units.items():
+            axes, full = _axes(u), _full_cell(u)
+            for i, (kind, grid) in enumerate(axes):
+                if kind == HEADS:
+                    continue  # every head count up to 16 is on the grid already
+                line = [full[:i] + (w, ) + full[i + 1:] for w in grid]
+                ms = [got[p][c][0] for c in line]
+                noise = [got[p][c][0] * got[p][c][1] / 2 for c in line]
+                new = _linear_misses(grid, ms, noise, tol_share * ms[-1], self.m)
+                if new:
+                    grid[:] = sorted(set(grid) | set(new))
+                    others = [g for j, (_k, g) in enumerate(axes) if j != i]
+                    wanted.setdefault(p, []).extend(
+                        tuple(c) for w in new for c in itertools.product(
+                            *[[w] if j == i else g for j, (_k, g) in enumerate(axes)]))
+        return wanted
+
+    def noisy(self, limit: float, most: int) -> Dict[str, List[Tuple[int, ...]]]:
+        """The cells whose entries' rounds spread more than ``limit`` (relative), at most
+        ``most`` per unit, noisiest first: measured once more."""
+        got = self.entries()
+        return {p: c for p in self.units
+                for c in [sorted((cell for cell, (_t, s) in got[p].items() if s > limit),
+                                 key=lambda cell: -got[p][cell][1])[:most]] if c}
+
+    def table(self) -> dict:
+        """The units' entries (ms, and their spread) on their grids, the constant and the
+        baseline, as the table's fields."""
+        got = self.entries()
+        units = []
+        for p, u in self.units.items():
+            grids = [g for _k, g in _axes(u)]
+            try:
+                if len(grids) == 2:
+                    ms = [[got[p][(d, h)][0] for h in grids[1]] for d in grids[0]]
+                    sp = [[got[p][(d, h)][1] for h in grids[1]] for d in grids[0]]
+                else:
+                    ms = [got[p][(w, )][0] for w in grids[0]]
+                    sp = [got[p][(w, )][1] for w in grids[0]]
+            except KeyError as e:
+                raise RuntimeError(f'internal: unit {p} was not measured at {e}') from e
+            entry = dict(u, ms=ms, spread=sp)
+            members = sum(self.group[q] == self.group[p] for q in self.units)
+            if members > 1:
+                entry['pooled'] = members
+            units.append(entry)
+        scaled = [(rest * self.baseline_ms / b if b > 0 else rest)
+                  for b, _e, rest in self.points if rest is not None]
+        start = statistics.median(self.ends['baseline'])
+        spreads = [s for v in got.values() for _t, s in v.values()]
+        bases = [p[0] for p in self.points]
+        return dict(
+            baseline_ms=self.baseline_ms, const_ms=statistics.median(scaled),
+            full_ms=statistics.median(self.ends['full']) * self.baseline_ms / start,
+            units=units, grid_points=len(self.points),
+            dispersion=dict(
+                baseline_ms_min=min(bases), baseline_ms_max=max(bases),
+                baseline_spread=spread(self.ends['baseline']),
+                full_spread=spread(self.ends['full']),
+                unit_spread_median=statistics.median(spreads) if spreads else 0.,
+                unit_spread_max=max(spreads) if spreads else 0.,
+                const_ms_min=min(scaled), const_ms_max=max(scaled),
+                note='every grid point scaled by the baseline timed in its rounds; '
+                     'baseline_ms_min/max: those baselines (the drift of the machine); spread = '
+                     '(max - min) / median of a module\'s rounds (per entry: the median over '
+                     'its visits); const_ms_min/max: the network minus its units over the grid '
+                     'points where the network was timed'))
+
+
+#: how many whole pruned networks a table of a runtime that times exported graphs times for
+#: its constant (each is an export): spread over the first pass
+NETWORK_POINTS = 6
+#: a unit's time further than this share of its full-width time from the line through its
+#: neighbours is not linear there: the segments around it are measured at their middles
+NONLINEAR = 0.02
+#: an entry whose rounds spread more than this (relative) is measured once more
+NOISY = 0.05
 
 
 def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[int],
                 batch: int = 1, threads: Optional[int] = None, dtype: str = 'fp32',
                 device: str = 'cpu', rounds: int = 5, warmup: int = 1, multiple_of: int = 8,
-                timer: Optional[Timer] = None, seed: int = 0,
+                meter: Optional[Meter_] = None, seed: int = 0,
                 progress: Optional[Callable[[str], None]] = None, rotate: bool = True,
-                pool: bool = True) -> dict:
+                pool: bool = True, runtime=None, refine: int = 1,
+                noisy: Optional[float] = NOISY) -> dict:
     """Measure the latency table of ``backbone`` (an mmdcs supernet) on this device (see the
     module docs).
 
@@ -463,11 +622,12 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
         baseline: the baseline network (no selection) of the same arch and input size: what a
             latency target is a ratio of.
         input_size: (H, W); batch: images per call.
-        threads: ``torch.set_num_threads`` for the build (None: as it is).
+        threads: intra-op threads for the build (None: as it is).
         dtype: ``'fp32'``, ``'fp16'`` or ``'bf16'``; device: ``'cpu'`` or ``'cuda'``.
         rounds, warmup: interleaved timed rounds per grid point (medians) and untimed calls.
         multiple_of: grid step (:func:`width_grid`).
-        timer: ``timer(fn, module)`` → seconds per call (default :class:`WallTimer`).
+        meter: ``meter(fn, module)`` → seconds per call (default: a
+            :class:`~mmdcs.analysis.latency.Meter` on the table's clock; tests: synthetic).
         progress: called with a progress line per grid point.
         rotate: each unit starts its grid at another point (spread over its grid), so that the
             units of one pruned network are at different widths and the error a grid point's
@@ -478,152 +638,60 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
             of its visits.
         pool: units of the same signature (:func:`_signature`: the same computation on the same
             input shape) share their entries: the median over them at each width.
+        runtime: where the networks run (default PyTorch eager on ``device`` with ``threads``;
+            a runtime that times exported graphs, such as onnxruntime, times each unit's module
+            as a graph of its own and the whole network at :data:`NETWORK_POINTS` points).
+        refine: passes that add the middles of the segments around a width where a unit's
+            time is not linear (:data:`NONLINEAR`; 0: the grid as it is).
+        noisy: entries whose rounds spread more than this are measured once more (None: not).
 
     Returns:
         the table (a JSON-able dict, ``LatencyCost(table)`` predicts from it).
     """
-    if dtype not in DTYPES:
-        raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
-    if rounds < 1 or warmup < 0 or batch < 1:
-        raise ValueError(f'need rounds >= 1, warmup >= 0, batch >= 1; got {rounds}, {warmup}, '
-                         f'{batch}')
-    dev = torch.device(device)
-    tdtype = DTYPES[dtype]
-    clock = getattr(timer, 'clock_name', 'injected') if timer else default_clock(dev, threads)
-    timer = timer or WallTimer(device=dev, clock=clock)
+    check_table_options(batch, threads, rounds, warmup, dtype)
+    runtime = runtime or TorchRuntime(device, threads, dtype)
+    clock = getattr(meter, 'clock_name', 'injected') if meter else default_clock(
+        runtime.device, threads)
+    meter = meter or harness.Meter([clock], min_time=MIN_TIME, device=runtime.device)
     size = (int(input_size[0]), int(input_size[-1]))
     check_timed_apart(backbone)
-    dims, hdims = _units(backbone)
-    adims = _head_units(backbone)
-    in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn((int(batch), in_ch) + size, generator=g).to(dev, tdtype)
-    started = time.perf_counter()
-    paths = list(dict.fromkeys(list(dims) + list(hdims)))
-    units = {p: dict(path=p, channels=dims.get(p), hidden=hdims.get(p),
-                     grid_channels=width_grid(dims[p], multiple_of) if p in dims else None,
-                     grid_hidden=width_grid(hdims[p], multiple_of) if p in hdims else None)
-             for p in paths}
-    for u in units.values():
-        u['ms'] = ([[None] * len(u['grid_hidden']) for _ in u['grid_channels']]
-                   if u['grid_channels'] and u['grid_hidden']
-                   else [None] * len(u['grid_channels'] or u['grid_hidden']))
-    # head-selected attentions: a unit each, timed at every head count (a few heads)
-    for k, a in adims.items():
-        grid = head_grid(a)
-        units[k] = dict(path=k, heads=a, grid_heads=grid, ms=[None] * len(grid))
-    say = progress or (lambda line: None)
-    with num_threads(threads):
-        used_threads = torch.get_num_threads()
-        full = pruned_copy(backbone, {}, dev, tdtype)
-        blocks = timed_modules(full, list(units), x)
-        nested = nested_modules(blocks)
-        extras = extra_modules(backbone, blocks)
-        for u in units.values():
-            u['timed'] = blocks[u['path']]
-            if nested[u['path']]:
-                u['minus'] = nested[u['path']]  # the other units' modules inside it
-            u['extra'] = sorted({e for key in ((CHANNELS, u['path']), (HIDDEN, u['path']))
-                                 for e in extras.get(key, [])})
-        signature = {}
-        if pool:
-            cap = _capture(full, list(dict.fromkeys(u['timed'] for u in units.values())), x)
-            signature = {p: _signature(full, u, cap) for p, u in units.items()}
-            del cap
-        # baseline and the full-width pruned network, interleaved
-        base = baseline.to(dev, tdtype).eval()
-        ends = _rounds({'baseline': (lambda: base(x), base), 'full': (lambda: full(x), full)},
-                       rounds, warmup, timer)
-        del full
-        n_points = _grid_points(units)
-        shift = {p: (r * _unit_points(u)) // len(units) if rotate else 0
-                 for r, (p, u) in enumerate(units.items())}
-        points = []  # (baseline ms beside it, {path: (index, ms, spread)}, rest ms)
-        for k in range(n_points):
-            widths, index = {}, {}
-            for p, u in units.items():
-                w, idx = _point(u, (k + shift[p]) % _unit_points(u) if rotate else k)
-                widths.update(w)
-                index[p] = idx
-            net = pruned_copy(backbone, widths, dev, tdtype)
-            names = list(dict.fromkeys([u['timed'] for u in units.values()]
-                                       + [e for u in units.values() for e in u['extra']]))
-            cap = _capture(net, names, x)
-            fns = {n: (_call(m, a, kw), m) for n, (m, a, kw, _c) in cap.items()}
-            fns['[network]'] = (lambda: net(x), net)
-            fns['[baseline]'] = (lambda: base(x), base)
-            times = _rounds(fns, rounds, warmup, timer)
-            med = {n: statistics.median(ts) * (cap[n][3] if n in cap else 1)
-                   for n, ts in times.items()}
-            entries = {}
-            for p, u in units.items():
-                # a module around other units' modules: its time minus theirs (noise may take
-                # a difference of two medians below 0)
-                t = max(0., med[u['timed']] - sum(med[n] for n in u.get('minus', ())))
-                t += sum(med[e] for e in u['extra'])
-                entries[p] = (index[p], t, _spread(times[u['timed']]))
-            points.append((med['[baseline]'], entries,
-                           med['[network]'] - sum(e[1] for e in entries.values())))
-            del net, cap, fns
-            say(f'latency table {backbone.arch}: grid point {k + 1}/{n_points}, '
-                f'{time.perf_counter() - started:.1f} s')
-    # the load of a shared machine drifts over minutes: every grid point is scaled by the
-    # baseline timed in its own rounds (to the median of those baselines), so that the table
-    # is in one unit, the baseline's
-    baseline_ms = statistics.median(p[0] for p in points)
-    rest: List[float] = []
-    spreads: List[float] = []
-    visits: Dict[str, Dict[Tuple[int, ...], List[float]]] = {p: {} for p in units}
-    for base_k, entries, rest_k in points:
-        scale = baseline_ms / base_k if base_k > 0 else 1.
-        rest.append(rest_k * scale)
-        for p, (idx, t, spread) in entries.items():
-            if not rotate and idx in visits[p]:
-                continue  # a unit held at its last point: its first visit, as format 1
-            visits[p].setdefault(idx, []).append(t * scale)
-            spreads.append(spread)
-    groups: Dict[str, List[str]] = {}
-    for p in units:
-        groups.setdefault(signature.get(p, p), []).append(p)
-    for members in groups.values():
-        for idx in visits[members[0]]:
-            # the median of every visit of every unit of the group at this width
-            t = statistics.median([v for p in members for v in visits[p][idx]])
-            for p in members:
-                slot = units[p]['ms'][idx[0]] if len(idx) == 2 else units[p]['ms']
-                slot[idx[-1]] = t
-        if len(members) > 1:
-            for p in members:
-                units[p]['pooled'] = len(members)
-    const = statistics.median(rest)
-    start_base = statistics.median(ends['baseline'])
-    base_ks = [p[0] for p in points]
+    with runtime.running():
+        used_threads = threads or torch.get_num_threads()
+        b = _Build(backbone, baseline, size, batch, dtype, runtime, meter, clock, rounds,
+                   warmup, multiple_of, seed, rotate, pool, progress or (lambda line: None))
+        first = b.grid_points()
+        b.run(first, 1 if runtime.in_graph else max(1, -(-len(first) // NETWORK_POINTS)))
+        for _ in range(refine):
+            wanted = b.nonlinear(NONLINEAR)
+            if not wanted:
+                break
+            b.run(b.extra_points(wanted), len(first) + 1)
+        if noisy is not None:
+            b.run(b.extra_points(b.noisy(noisy, max(1, len(first) // 8))), len(first) + 1)
+        fields = b.table()
     table = dict(
         format=LATENCY_TABLE_FORMAT, arch=backbone.arch, family=backbone.family,
         variant=backbone.variant, selection=selection_options(backbone),
         input_shape=list(size), batch=int(batch), threads=used_threads, dtype=dtype,
-        device=dev.type, device_name=device_name(dev), torch=torch.__version__,
+        device=runtime.device.type, device_name=device_name(runtime.device),
+        torch=torch.__version__, runtime=runtime.name, runtime_info=runtime.identity(),
         allocator=_ALLOCATOR['state'], unit_time='ms per call (one batch)', clock=clock,
         scope='backbone forward', multiple_of=int(multiple_of), rounds=int(rounds),
-        warmup=int(warmup), baseline_ms=baseline_ms,
-        full_ms=statistics.median(ends['full']) * baseline_ms / start_base,
-        const_ms=const,
-        units=[dict(u) for u in units.values()],
-        dispersion=dict(
-            baseline_ms_min=min(base_ks), baseline_ms_max=max(base_ks),
-            baseline_spread=_spread(ends['baseline']), full_spread=_spread(ends['full']),
-            unit_spread_median=statistics.median(spreads) if spreads else 0.,
-            unit_spread_max=max(spreads) if spreads else 0.,
-            const_ms_min=min(rest), const_ms_max=max(rest),
-            note='every grid point scaled by the baseline timed in its rounds; '
-                 'baseline_ms_min/max: those baselines (the drift of the machine); spread = '
-                 '(max - min) / median of a module\'s rounds; const_ms_min/max: the network '
-                 'minus its units over the grid points'),
-        grid_points=n_points, grid_order='rotated' if rotate else 'aligned',
-        pooled=bool(pool), build_s=time.perf_counter() - started,
+        warmup=int(warmup), grid_order='rotated' if rotate else 'aligned', pooled=bool(pool),
+        refine=int(refine), noisy=noisy, **fields, build_s=time.perf_counter() - b.started,
         created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), validation=None)
     LatencyCost(table)  # what was written can be read back
     return table
+
+
+def check_table_options(batch: int, threads: Optional[int], rounds: int, warmup: int,
+                        dtype: str) -> None:
+    """ValueError (one line) for options a table cannot be measured with."""
+    if dtype not in DTYPES:
+        raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
+    if rounds < 1 or warmup < 0 or batch < 1 or (threads is not None and threads < 1):
+        raise ValueError(f'need rounds >= 1, warmup >= 0, batch >= 1, threads >= 1; got '
+                         f'{rounds}, {warmup}, {batch}, {threads}')
 
 
 # ----------------------------------------------------------------------------- validation
@@ -637,55 +705,53 @@ def random_widths(cost: LatencyCost, rng: random.Random,
             for u, d in cost.unit_dims().items()}
 
 
+def table_measure(table: dict, **changes) -> Measure:
+    """How a table's predictions are measured: :meth:`LatencyCost.measure` of the table."""
+    return LatencyCost(table).measure(**changes)
+
+
 def validate(table: dict, backbone: nn.Module, baseline: nn.Module, k: int = 10,
              rounds: int = 15, warmup: int = 1, multiple_of: int = 8,
-             timer: Optional[Timer] = None, seed: int = 0,
-             progress: Optional[Callable[[str], None]] = None) -> dict:
+             meter: Optional[Meter_] = None, seed: int = 0,
+             progress: Optional[Callable[[str], None]] = None, runtime=None) -> dict:
     """The predictor's error on ``k`` random subnets (:func:`random_widths`): each subnet and
-    the baseline timed interleaved (``rounds`` rounds, medians) at the table's input size,
-    batch, threads, dtype and device; predicted ratio (the table's prediction over its
-    baseline) vs measured ratio (subnet over the baseline measured beside it).
+    the baseline timed interleaved (``rounds`` rounds, medians; :func:`~mmdcs.analysis.
+    latency.measure_pair`) at the table's input size, batch, threads, dtype, device, runtime
+    and clock; predicted ratio (the table's prediction over its baseline) vs measured ratio
+    (subnet over the baseline measured beside it).
 
     Returns dict(rows=[...], mean_abs_error, max_abs_error, k, rounds): errors in ratio
     points, i.e. fractions of the baseline latency."""
     if k < 1:
         raise ValueError(f'validate needs k >= 1 subnets, got {k}')
     cost = LatencyCost.from_table(table, backbone)
-    dev = torch.device(table['device'])
-    tdtype = DTYPES[table['dtype']]
-    timer = timer or WallTimer(device=dev, clock=default_clock(dev, table.get('threads')))
-    size = tuple(table['input_shape'])
+    measure = cost.measure(rounds=rounds, warmup=warmup)
+    runtime = runtime or build_runtime(measure)
     in_ch = next((m.in_channels for m in backbone.modules() if isinstance(m, nn.Conv2d)), 3)
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn((int(table['batch']), in_ch) + size, generator=g).to(dev, tdtype)
+    x = torch.randn((measure.batch, in_ch) + tuple(table['input_shape']), generator=g)
     rng = random.Random(seed)
-    base = baseline.to(dev, tdtype).eval()
     rows = []
     started = time.perf_counter()
-    with num_threads(table.get('threads')):
-        for i in range(k):
-            widths = random_widths(cost, rng, multiple_of)
-            sub = pruned_copy(backbone, widths, dev, tdtype)
-            t = _rounds({'baseline': (lambda: base(x), base), 'subnet': (lambda: sub(x), sub)},
-                        rounds, warmup, timer)
-            b, s = statistics.median(t['baseline']), statistics.median(t['subnet'])
-            pred = cost.ratio(cost.count(widths))
-            rows.append(dict(predicted_ratio=pred, measured_ratio=s / b, error=pred - s / b,
-                             baseline_ms=b, subnet_ms=s, predicted_ms=cost.count(widths),
-                             kept_channels=sum(w for (kind, _), w in widths.items()
-                                               if kind == CHANNELS),
-                             kept_hidden=sum(w for (kind, _), w in widths.items()
-                                             if kind == HIDDEN),
-                             kept_heads=sum(w for (kind, _), w in widths.items()
-                                            if kind == HEADS)))
-            del sub
-            if progress:
-                progress(f'validation {table["arch"]}: subnet {i + 1}/{k}: predicted '
-                         f'{pred:.3f}, measured {s / b:.3f} ({time.perf_counter() - started:.1f}'
-                         ' s)')
+    for i in range(k):
+        widths = random_widths(cost, rng, multiple_of)
+        sub = pruned_copy(backbone, widths, runtime.device, DTYPES[measure.dtype])
+        t = measure_pair(baseline, sub, x, measure, runtime, meter)
+        pred = cost.ratio(cost.count(widths))
+        rows.append(dict(predicted_ratio=pred, measured_ratio=t['ratio'],
+                         error=pred - t['ratio'], baseline_ms=t['baseline_ms'],
+                         subnet_ms=t['pruned_ms'], predicted_ms=cost.count(widths),
+                         **{f'kept_{kind}': sum(w for (kd, _), w in widths.items() if kd == kind)
+                            for kind in (CHANNELS, HIDDEN, HEADS)}))
+        del sub
+        if progress:
+            progress(f'validation {table["arch"]}: subnet {i + 1}/{k}: predicted {pred:.3f}, '
+                     f'measured {t["ratio"]:.3f} ({time.perf_counter() - started:.1f} s)')
     errs = [abs(r['error']) for r in rows]
     return dict(k=k, rounds=rounds, multiple_of=multiple_of, seed=seed, rows=rows,
-                clock=getattr(timer, 'clock_name', 'injected'),
+                clock=measure.clock if meter is None else getattr(meter, 'clock_name',
+                                                                   'injected'),
+                runtime=runtime.identity(),
                 mean_abs_error=statistics.fmean(errs), max_abs_error=max(errs),
                 mean_error=statistics.fmean(r['error'] for r in rows),
                 created=time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()),

@@ -1,11 +1,10 @@
-"""A paper model at a latency target (issue 23 item 6; docs/budgets.md): its latency table on
-this device (:func:`mmdcs.analysis.latency_table.build_table`, or a table given), the budget
-subnet that the table predicts at the target (:func:`mmdcs.selection.budget.budget_subnet`:
-channels and, with hidden-unit selection, hidden units, with head selection (``select_heads``)
-attention heads too, ranked jointly per unit of predicted latency, widths in groups of
-``multiple_of``, heads one at a time), then that subnet **measured** against the baseline
-(interleaved rounds, medians: :func:`mmdcs.analysis.latency.time_models`), beside its FLOPs and
-parameter ratios.
+"""A paper model at a latency target (docs/budgets.md): its latency table on this device
+(:func:`mmdcs.analysis.latency_table.build_table`, or a table given), the budget subnet that the
+table predicts at the target, measured against the baseline, corrected and kept as
+:func:`mmdcs.analysis.target.meet_target` does for every target (channels and, with
+hidden-unit selection, hidden units, with head selection (``select_heads``) attention heads
+too, ranked jointly per unit of predicted latency, widths in groups of ``multiple_of``, heads
+one at a time), beside its FLOPs and parameter ratios.
 
 The supernet has random weights and is ranked by a registered scorer (default ``'magnitude'``:
 the L2 norm of every channel's and hidden unit's weights, :mod:`mmdcs.selection.importance`):
@@ -16,22 +15,21 @@ latency benchmark of the export, not of accuracy.
 * :func:`latency_budget_spec` — its subnet only (table and budget, nothing timed).
 * :func:`format_latency_target` — rows as a markdown table.
 """
-import statistics
 import time
 from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from mmdcs.selection.importance import get_scorer
-from mmdcs.selection.budget import (LATENCY_TOLERANCE, REFINE_TOLERANCE, budget_subnet,
-                                    refine_to_target)
+from mmdcs.selection import SubnetSpec
+from mmdcs.selection.budget import LATENCY_TOLERANCE, REFINE_TOLERANCE, Measure
+from mmdcs.selection.importance import Ranking
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
                          count_params)
-from .latency import _size, num_threads, time_models
-from .latency_table import (CLOCKS, DTYPES, WallTimer, _rounds, build_table, default_clock,
-                            device_name)
+from .latency import DTYPES, TorchRuntime, _size, device_name, time_models
+from .latency_table import build_table
 from .latency_table import validate as validate_table
+from .target import Candidate, meet_target
 
 #: the columns of :func:`format_latency_target`
 COLUMNS = ('model', 'variant', 'input', 'device', 'dtype', 'batch', 'threads', 'target',
@@ -67,36 +65,32 @@ def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
                    input_size: Union[None, int, Sequence[int]] = None,
                    select_hidden: Union[bool, str] = False, method: str = 'magnitude',
                    multiple_of: int = 8, table: Optional[dict] = None,
-                   table_rounds: int = 5, table_timer: Optional[Callable] = None,
+                   table_rounds: int = 5, table_meter: Optional[Callable] = None,
                    seed: int = 0, progress: Optional[Callable[[str], None]] = None,
                    on_table: Optional[Callable[[dict], None]] = None,
-                   select_heads: bool = False):
+                   select_heads: bool = False, runtime=None):
     """A paper model's latency budget on this device, before any target: the supernet, its
-    table (built here unless given) and the scorer's scores, made once. Returns ``(at, table,
-    built, supernet, baseline, (H, W), variant)``: ``at(ratio)`` is the budget subnet the table
-    predicts at ``ratio`` (:func:`~mmdcs.selection.budget.budget_subnet`; ``BudgetError``
-    outside the table's floor and ceiling), ``built`` whether the table was measured here.
-    Arguments: those of :func:`latency_target_row`."""
+    table (built here unless given, in ``runtime``: default PyTorch eager) and the scorer's
+    scores, made once. Returns ``(at, table, built, supernet, baseline, (H, W), variant,
+    cost)``: ``at(ratio)`` is the budget subnet the table predicts at ``ratio``
+    (:meth:`~mmdcs.selection.importance.Ranking.at`; ``BudgetError`` outside the table's floor
+    and ceiling), ``built`` whether the table was measured here. Arguments: those of
+    :func:`latency_target_row`."""
     sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed,
                                              select_heads)
     built = table is None
     if built:
         table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
-                            multiple_of=multiple_of, timer=table_timer, seed=seed,
-                            progress=progress)
+                            multiple_of=multiple_of, meter=table_meter, seed=seed,
+                            progress=progress, runtime=runtime)
         if on_table is not None:
             on_table(table)
     cost = LatencyCost.from_table(table, sup, size)
-    scorer = get_scorer(method)
-    scores, hidden_scores = scorer(sup, model=sup)
-    # heads ranked with channels and hidden units (a table with head units: checked above)
-    head_scores = (scorer.heads(sup) or None) if select_heads and scorer.heads else None
+    ranking = Ranking(sup, method, model=sup)
 
     def at(ratio: float):
-        return budget_subnet(sup, sup.family, arch, variant, scores, cost, ratio, multiple_of,
-                             hidden_scores=hidden_scores, normalize=scorer.normalize,
-                             method=method, head_scores=head_scores)
-    return at, table, built, sup, base, size, variant
+        return ranking.at(cost, ratio, multiple_of)
+    return at, table, built, sup, base, size, variant, cost
 
 
 def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optional[int] = 1,
@@ -106,8 +100,8 @@ def latency_budget_spec(arch: str, target: float, batch: int = 1, threads: Optio
     models. Returns ``(spec, table, built, baseline, (H, W), variant)``: the
     :class:`~mmdcs.selection.SubnetSpec` (its ``meta['budget']`` has the predicted ratio), the
     table used, whether it was measured here, the baseline backbone (eval mode)."""
-    at, table, built, _, base, size, variant = latency_budget(arch, batch, threads, device,
-                                                              dtype, **kwargs)
+    at, table, built, _, base, size, variant, _c = latency_budget(arch, batch, threads, device,
+                                                                  dtype, **kwargs)
     return at(target), table, built, base, size, variant
 
 
@@ -117,15 +111,14 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        input_size: Union[None, int, Sequence[int]] = None,
                        select_hidden: Union[bool, str] = False, method: str = 'magnitude',
                        multiple_of: int = 8, table: Optional[dict] = None,
-                       table_rounds: int = 5, table_timer: Optional[Callable] = None,
-                       repeats: int = 21, warmup: int = 3, timer: Optional[Callable] = None,
-                       clock_timer: Optional[Callable] = None, seed: int = 0,
-                       progress: Optional[Callable[[str], None]] = None,
+                       table_rounds: int = 5, table_meter: Optional[Callable] = None,
+                       repeats: int = 21, warmup: int = 3, meter: Optional[Callable] = None,
+                       seed: int = 0, progress: Optional[Callable[[str], None]] = None,
                        on_table: Optional[Callable[[dict], None]] = None,
                        select_heads: bool = False, validate: int = 0,
-                       validate_rounds: int = 15,
-                       validate_timer: Optional[Callable] = None, refine: int = 0,
-                       refine_tolerance: float = REFINE_TOLERANCE) -> dict:
+                       validate_rounds: int = 15, validate_meter: Optional[Callable] = None,
+                       refine: int = 0, refine_tolerance: float = REFINE_TOLERANCE,
+                       runtime=None) -> dict:
     """One paper model at a latency target on this device.
 
     Args:
@@ -135,108 +128,87 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
             scorer's head scores).
         target: the latency ratio to the baseline asked for, in (floor, ceiling) of the table
             (:class:`~mmdcs.selection.budget.BudgetError` otherwise, one line).
-        batch, threads, device, dtype: where the table is measured and the subnet timed.
+        batch, threads, device, dtype: where the table is measured and the subnet timed;
+            ``runtime``: in what (default PyTorch eager; a table of another runtime is refused
+            in one line).
         method: the registered scorer the channels are ranked by.
         multiple_of: kept widths in groups of it (and the table's grid step).
         table: a table measured before for this supernet (checked against it,
             :meth:`LatencyCost.from_table`); None: built here (``table_rounds`` rounds per grid
-            point, ``table_timer``: :func:`build_table`'s ``timer``).
+            point, ``table_meter``: :func:`build_table`'s ``meter``).
         repeats, warmup: the measurement's interleaved rounds (medians) and untimed calls;
-            ``timer``: a replacement of :func:`~mmdcs.analysis.latency.time_models` with its
-            signature (e.g. a synthetic one in tests); it reads the wall clock (what a user
-            waits). ``measured_ratio_clock``: the same rounds timed with the table's clock
-            (the calling thread's CPU time for one CPU thread: what the table predicts, without
-            the time a shared machine's scheduler gives others; ``clock_timer``: a
-            :class:`~mmdcs.analysis.latency_table.WallTimer` replacement), the wall-clock ratio
-            again where the table's clock is the wall clock.
+            ``meter``: a synthetic meter (tests). Both clocks are read around the same calls:
+            ``measured_ratio`` is the wall clock's (what a user waits), ``measured_ratio_clock``
+            the table's (the calling thread's CPU time for one CPU thread: what the table
+            predicts, without the time a shared machine's scheduler gives others).
         progress: called with the table builder's progress lines; ``on_table``: with a table
             built here, before the budget (which may refuse the target), e.g. to keep it.
-        refine: at most this many measured corrections: while the subnet's measured ratio
-            (the table's clock) is more than ``refine_tolerance`` from ``target``, the table is
-            asked for ``asked · target / measured`` and the subnet exported and measured again
-            (where the table under-predicts the region the export picks, as a greedy on a
-            predictor's errors tends to); the measured subnet closest to the target is kept
-            (``asked_ratio``; every try in ``refine_steps``). 0: the table's subnet as it is.
+        refine: at most this many measured corrections (:func:`~mmdcs.analysis.target.
+            meet_target`: while the subnet's measured ratio on the table's clock is more than
+            ``refine_tolerance`` from ``target``, the table is asked for ``asked · target /
+            measured``); the measured subnet closest to the target is kept (``asked_ratio``;
+            every try in ``refine_steps``). 0: the table's subnet as it is.
         validate: the predictor's error on this many random subnets of the table's supernet
             (:func:`~mmdcs.analysis.latency_table.validate`: each timed beside the baseline,
-            ``validate_rounds`` interleaved rounds, medians, ``validate_timer``: its timer);
+            ``validate_rounds`` interleaved rounds, medians, ``validate_meter``: its meter);
             0: not measured.
 
     Returns:
         dict with the :data:`COLUMNS` (``*_ratio`` of the pruned backbone to the baseline's;
-        ``baseline_ms``/``pruned_ms``: measured medians per call), ``predicted_ms``,
-        ``rounds``, ``device_name``, ``spec`` (the subnet, a dict), ``table`` (the table used),
-        ``table_built`` (whether it was measured here) and ``seconds``; with
-        ``select_heads`` also ``heads_kept`` and ``heads_total`` (summed over the attentions);
-        ``asked_ratio`` (what the table was asked for: ``target`` unless ``refine`` moved it)
-        and ``refine_steps`` (each try: asked, predicted, measured);
-        with ``validate``: ``predictor_error`` / ``predictor_error_max`` (mean and largest
-        absolute error of the predicted latency ratio, in fractions of the baseline latency)
-        and ``validation`` (its rows).
+        ``baseline_ms``/``pruned_ms``: measured medians per call on the table's clock),
+        ``predicted_ms``, ``rounds``, ``device_name``, ``runtime`` (name, version, options),
+        ``spec`` (the subnet, a dict), ``table`` (the table used), ``table_built`` (whether it
+        was measured here) and ``seconds``; with ``select_heads`` also ``heads_kept`` and
+        ``heads_total`` (summed over the attentions); ``asked_ratio`` (what the table was asked
+        for: ``target`` unless ``refine`` moved it) and ``refine_steps`` (each try: asked,
+        predicted, measured); with ``validate``: ``predictor_error`` / ``predictor_error_max``
+        (mean and largest absolute error of the predicted latency ratio, in fractions of the
+        baseline latency) and ``validation`` (its rows).
     """
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
     t0 = time.perf_counter()
-    at, table, built, sup, base, size, variant = latency_budget(
+    runtime = runtime or TorchRuntime(device, threads, dtype)
+    at, table, built, sup, base, size, variant, cost = latency_budget(
         arch, batch, threads, device, dtype, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
-        table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
-        on_table=on_table, select_heads=select_heads)
-    spec = at(target)
-    dev, tdtype = torch.device(device), DTYPES[dtype]
-    in_ch = next((m.in_channels for m in base.modules() if isinstance(m, torch.nn.Conv2d)), 3)
-    x = torch.randn((int(batch), in_ch) + tuple(size),
-                    generator=torch.Generator().manual_seed(seed)).to(dev, tdtype)
-    base_flops, base_params = count_flops(base, size), count_params(base)  # before any .to()
-    base = base.to(dev, tdtype)
-    clock = table.get('clock')
-    if clock not in CLOCKS:  # not recorded, or a table built with an injected timer
-        clock = default_clock(device, threads)
+        table_rounds=table_rounds, table_meter=table_meter, seed=seed, progress=progress,
+        on_table=on_table, select_heads=select_heads, runtime=runtime)
+    measure = cost.measure(runtime=runtime.name, rounds=repeats, warmup=warmup)
+    base_flops, base_params = count_flops(base, size), count_params(base)
 
-    def measure(spec):
-        """(FLOPs and params ratios, baseline ms, pruned ms, ratio with the table's clock)."""
+    def build(spec) -> Candidate:
         torch.manual_seed(seed)
         pruned = build_backbone(arch, spec.variant, spec, size).eval()
-        counts = (count_flops(pruned, size) / base_flops, count_params(pruned) / base_params)
-        models = dict(baseline=base, pruned=pruned.to(dev, tdtype))
-        t = (timer or time_models)(models, x, warmup=warmup, repeats=repeats,
-                                   threads=threads if dev.type == 'cpu' else None)
-        b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
-        ratio_clock = p_ms / b_ms
-        if clock != 'wall' or clock_timer is not None:
-            ct = clock_timer or WallTimer(device=dev, clock=clock)
-            fns = {k: ((lambda m=m: m(x)), m) for k, m in models.items()}
-            with num_threads(threads if dev.type == 'cpu' else None):
-                r = _rounds(fns, repeats, warmup, ct)
-            ratio_clock = statistics.median(r['pruned']) / statistics.median(r['baseline'])
-        return counts, b_ms, p_ms, ratio_clock
+        return Candidate(spec, pruned, pruned)
 
-    # measured corrections: the table under- or over-predicts the region the export picks
-    tries, best = refine_to_target(spec, measure, at, target, refine, refine_tolerance,
-                                   ratio=lambda m: m[3])
-    steps = [dict(asked=float(t.asked),
-                  predicted_ratio=float(t.answer.meta['budget']['achieved_ratio']),
-                  measured_ratio=t.measured[2] / t.measured[1],
-                  measured_ratio_clock=t.measured[3]) for t in tries]
-    spec, asked = tries[best].answer, tries[best].asked
-    (flops_ratio, params_ratio), b_ms, p_ms, ratio_clock = tries[best].measured
-    b = spec.meta['budget']
+    met = meet_target(cost, target, at, build, measure=measure, baseline=base, size=size,
+                      seed=seed, refine=refine, refine_tolerance=refine_tolerance,
+                      tolerance=None, meter=meter, runtime=runtime)
+    t, spec = met.measured, met.spec
     extra = heads_kept(spec) if select_heads else {}
     if validate:  # the table's own supernet, as the budget ranked it
         v = validate_table(table, sup, base, k=validate, rounds=validate_rounds,
-                           multiple_of=multiple_of, timer=validate_timer, seed=seed,
-                           progress=progress)
+                           multiple_of=multiple_of, meter=validate_meter, seed=seed,
+                           progress=progress, runtime=runtime)
         extra.update(predictor_error=float(v['mean_abs_error']),
                      predictor_error_max=float(v['max_abs_error']), validation=v)
+    steps = [dict(asked=float(x.asked),
+                  predicted_ratio=float(x.answer.spec.meta['budget']['achieved_ratio']),
+                  measured_ratio=float(x.measured['ratio_wall']),
+                  measured_ratio_clock=float(x.measured['ratio'])) for x in met.tries]
+    b = spec.meta['budget']
     return dict(model=arch, variant=variant, input=f'{size[0]}x{size[1]}', device=device,
-                device_name=device_name(dev), dtype=dtype, batch=int(batch), threads=threads,
+                device_name=device_name(device), dtype=dtype, batch=int(batch), threads=threads,
                 target=float(target), predicted_ratio=float(b['achieved_ratio']),
-                predicted_ms=float(b['achieved']), measured_ratio=p_ms / b_ms,
-                measured_ratio_clock=ratio_clock, clock=clock,
-                flops_ratio=flops_ratio, params_ratio=params_ratio, baseline_ms=b_ms,
-                pruned_ms=p_ms, rounds=int(repeats), method=method, spec=spec.to_dict(),
-                table=table, table_built=built, seconds=time.perf_counter() - t0,
-                asked_ratio=asked, refine_steps=steps, **extra)
+                predicted_ms=float(b['achieved']), measured_ratio=float(t['ratio_wall']),
+                measured_ratio_clock=float(t['ratio']), clock=t['clock'],
+                flops_ratio=count_flops(met.candidate.backbone, size) / base_flops,
+                params_ratio=count_params(met.candidate.backbone) / base_params,
+                baseline_ms=t['baseline_ms'], pruned_ms=t['pruned_ms'], rounds=int(repeats),
+                method=method, spec=spec.to_dict(), table=table, table_built=built,
+                runtime=t['runtime'], seconds=time.perf_counter() - t0,
+                asked_ratio=float(met.tries[met.best].asked), refine_steps=steps, **extra)
 
 
 def heads_kept(spec) -> dict:
@@ -296,3 +268,32 @@ def format_latency_target(rows: Sequence[dict], tolerance: float = LATENCY_TOLER
             + (f' {error_text(r)} |' if with_error else '')
             + (' yes |' if within_target(r, tolerance) else ' NO |'))
     return '\n'.join(lines)
+
+
+def compare_subnets(arch: str, specs: dict, input_size, batch: int = 1,
+                    threads: Optional[int] = 1, runtime='torch', repeats: int = 41,
+                    warmup: int = 3, seed: int = 0, meter: Optional[Callable] = None) -> dict:
+    """Several subnets of one paper model (name → spec, e.g. the exports of two table builds)
+    timed against the baseline in one run of the harness (interleaved, medians: the machine's
+    drift hits them alike), in ``runtime`` (a name or a runtime object); returns name →
+    dict(flops_ratio, params_ratio, measured_ratio (the thread's CPU time for one thread, else
+    the wall clock), measured_ratio_wall)."""
+    size = _size(input_size, arch)
+    torch.manual_seed(seed)
+    base = build_backbone(arch, 'baseline', None, size).eval()
+    nets = {n: build_backbone(arch, SubnetSpec.coerce(s).variant, SubnetSpec.coerce(s),
+                              size).eval() for n, s in specs.items()}
+    clock = 'thread' if threads == 1 else 'wall'
+    name = runtime if isinstance(runtime, str) else runtime.name
+    measure = Measure(runtime=name, threads=threads, batch=int(batch), rounds=repeats,
+                      warmup=warmup, clock=clock)
+    x = torch.randn((int(batch), 3) + tuple(size), generator=torch.Generator().manual_seed(seed))
+    t = time_models(dict(nets, **{'[baseline]': base}), x, measure=measure, meter=meter,
+                    runtime=None if isinstance(runtime, str) else runtime)
+    b = t['[baseline]']['clocks']
+    flops, params = count_flops(base, size), count_params(base)
+    return {n: dict(flops_ratio=count_flops(net, size) / flops,
+                    params_ratio=count_params(net) / params,
+                    measured_ratio=t[n]['clocks'][clock] / b[clock],
+                    measured_ratio_wall=t[n]['clocks']['wall'] / b['wall'])
+            for n, net in nets.items()}

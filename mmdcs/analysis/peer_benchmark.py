@@ -20,7 +20,7 @@ Both with ``MagnitudePruner`` (L2 magnitude, per-layer ratio, ``round_to`` chann
 ratio iterated until the FLOPs (``mmengine`` multiply-accumulates with the attention products,
 :func:`~mmdcs.analysis.complexity.count_flops`, the same counter as mmdcs's) are within ``tol``
 of mmdcs's subnet's. Every model is then timed **in the same run**, interleaved round by round
-(the order rotated every round), both clocks read around every call (:func:`time_interleaved`:
+(the order rotated every round), both clocks read around every call (:func:`time_all`:
 the wall clock, what a user waits, and with one thread the calling thread's CPU time, which a
 shared machine's scheduler does not inflate), medians; each ratio is against its own baseline
 (mmdcs's backbone, or timm's ``forward_features``). Random weights: timing depends on the widths
@@ -32,7 +32,6 @@ only.
 """
 import copy
 import math
-import statistics
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -40,18 +39,17 @@ import torch
 import torch.nn as nn
 
 from mmdcs.selection import SubnetSpec
+from mmdcs.selection.budget import Measure
 from .complexity import (backbone_class, build_backbone, count_flops, count_params,
                          flops_budget_subnet)
-from .latency import _size, num_threads
-from .latency_target import latency_budget_spec
+from .latency import _size, build_runtime, time_models
+from .latency_target import latency_budget_spec, latency_target_row
 
 #: the peer's rows
 PEER_METHODS = ('hidden', 'hidden+heads')
 #: how to install the optional peer
 INSTALL_HINT = ('pip install torch-pruning==1.6.1 (the benchmark extra: pip install -e '
                 '".[bench]")')
-#: the clocks read around every timed call
-CLOCKS = {'wall': time.perf_counter, 'thread': time.thread_time}
 #: the columns of :func:`format_peer_benchmark`
 COLUMNS = ('model', 'method', 'flops_ratio', 'params_ratio', 'latency_ratio',
            'latency_ratio_thread', 'baseline_ms', 'pruned_ms')
@@ -316,192 +314,276 @@ def feature_params(features: TimmFeatures, example: torch.Tensor) -> int:
 
 
 # ----------------------------------------------------------------------------- timing
-@torch.inference_mode()
-def time_interleaved(models: Dict[str, nn.Module], x: torch.Tensor, rounds: int = 21,
-                     warmup: int = 3, threads: Optional[int] = 1,
-                     clocks: Optional[Dict[str, Callable[[], float]]] = None
-                     ) -> Dict[str, Dict[str, float]]:
-    """ms per call of every model, median of ``rounds`` rounds in which every model runs once,
-    the order rotated by one every round (no model always follows the same one); every clock of
-    ``clocks`` (default: wall clock and, with one thread, the calling thread's CPU time) is
-    read around the same call. Returns name → clock → median ms."""
-    if rounds < 1 or warmup < 0:
-        raise ValueError(f'need rounds >= 1, warmup >= 0; got {rounds}, {warmup}')
-    if clocks is None:
-        clocks = dict(CLOCKS) if threads == 1 else dict(wall=CLOCKS['wall'])
-    names = list(models)
-    out = {n: {c: [] for c in clocks} for n in names}
-    with num_threads(threads):
-        for m in models.values():
-            m.eval()
-        for _ in range(warmup):
-            for m in models.values():
-                m(x)
-        for r in range(rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
-                t0 = {c: clk() for c, clk in clocks.items()}
-                models[n](x)
-                for c, clk in clocks.items():
-                    out[n][c].append((clk() - t0[c]) * 1e3)
-    return {n: {c: statistics.median(v) for c, v in d.items()} for n, d in out.items()}
+def time_all(models: Dict[str, nn.Module], x: torch.Tensor, rounds: int = 21, warmup: int = 3,
+             threads: Optional[int] = 1, meter: Optional[Callable] = None,
+             runtime: Union[str, object] = 'torch') -> Dict[str, Dict[str, float]]:
+    """ms per call of every model in one run of the harness (:func:`~mmdcs.analysis.latency.
+    time_models`: interleaved rounds, the order rotated every round, medians) in ``runtime``
+    (a name or a runtime object: PyTorch eager, onnxruntime on each model's ONNX file), the
+    wall clock and, with one thread, the calling thread's CPU time read around the same calls
+    (``meter``: a synthetic one, tests). Returns name → clock → median ms."""
+    name = runtime if isinstance(runtime, str) else runtime.name
+    measure = Measure(runtime=name, threads=threads, batch=int(x.shape[0]), rounds=rounds,
+                      warmup=warmup, clock='thread' if threads == 1 else 'wall')
+    t = time_models(models, x, measure=measure, meter=meter,
+                    runtime=None if isinstance(runtime, str) else runtime)
+    return {n: v['clocks'] for n, v in t.items()}
+
+
+def match_latency(tmodel: nn.Module, x: torch.Tensor, target: float, tol: float, runtime,
+                  prune: Callable[[float], nn.Module], rounds: int, warmup: int,
+                  threads: Optional[int], meter: Optional[Callable] = None,
+                  hi: float = 0.9) -> MatchResult:
+    """The peer's pruning ratio at which its network measures ``target`` of timm's baseline's
+    latency in ``runtime`` (the table's clock: the thread's CPU time for one thread), bisected
+    by :func:`match_ratio` over measurements (each try timed beside the baseline,
+    :func:`time_all`); the FLOPs ratio of the match is the caller's."""
+    base = TimmFeatures(tmodel).eval()
+    clock = 'thread' if threads == 1 else 'wall'
+
+    def measured(r: float) -> float:
+        t = time_all(dict(baseline=base, pruned=TimmFeatures(prune(r)).eval()), x, rounds,
+                     warmup, threads, meter, runtime)
+        return t['pruned'][clock] / t['baseline'][clock]
+    return match_ratio(measured, target, tol, hi=hi, value_lo=1.0)
 
 
 # ----------------------------------------------------------------------------- the benchmark
+#: what the peer is matched to: mmdcs's subnet's FLOPs ratio, or its measured latency ratio
+MATCHES = ('flops', 'latency')
+
+
 def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = None,
                    input_size: Union[None, int, Sequence[int]] = None,
                    select_hidden: Union[bool, str] = 'all', variant: Optional[str] = None,
                    method: str = 'magnitude', multiple_of: int = 8, round_to: int = 8,
                    peers: Sequence[str] = PEER_METHODS, hidden_only: bool = True,
-                   tol: float = 0.01, threads: int = 1,
+                   tol: float = 0.01, threads: int = 1, batch: int = 1, runtime='torch',
+                   runtimes: Sequence = (), match: str = 'flops', refine: int = 0,
                    repeats: int = 21, warmup: int = 3, seed: int = 0, table_rounds: int = 5,
-                   table_timer: Optional[Callable] = None,
-                   clocks: Optional[Dict[str, Callable[[], float]]] = None,
+                   table_meter: Optional[Callable] = None, meter: Optional[Callable] = None,
                    progress: Optional[Callable[[str], None]] = None,
                    on_table: Optional[Callable[[dict], None]] = None) -> dict:
-    """mmdcs at a latency target beside Torch-Pruning at the same FLOPs, one model, CPU, batch 1.
+    """mmdcs at a latency target beside Torch-Pruning, one model, CPU.
 
     Args:
         arch: e.g. ``'vit-s16'`` (its family names a timm model, ``timm_models``).
         target: mmdcs's latency target (ratio to the baseline, as predicted by the table).
         table, input_size, select_hidden, variant, method, multiple_of, table_rounds,
-            table_timer, seed, on_table: mmdcs's side
-            (:func:`~mmdcs.analysis.latency_target.latency_budget_spec`; ``table`` None: the
-            table is measured here).
+            table_meter, seed, on_table: mmdcs's side
+            (:func:`~mmdcs.analysis.latency_target.latency_target_row`; ``table`` None: the
+            table is measured here, in ``runtime``).
+        runtime: the runtime (a name or a runtime object) of mmdcs's table and of the
+            measurements a match and a correction make; ``runtimes``: more runtimes every
+            model is timed in at the end (e.g. PyTorch and onnxruntime: one column each).
+        batch, threads: the input batch and the intra-op threads of every timing.
+        match: ``'flops'``, the peer pruned to the FLOPs ratio mmdcs's subnet reached; or
+            ``'latency'``, to the latency ratio mmdcs's subnet measured in ``runtime`` (its
+            FLOPs beside): the peer's hidden-unit ratio bisected over measurements
+            (:func:`match_latency`).
+        refine: mmdcs's measured corrections (:func:`~mmdcs.analysis.target.meet_target`);
+            with ``match='latency'`` or ``refine`` mmdcs's subnet is the one measured, else the
+            table's prediction.
         round_to: the peer's widths are rounded to multiples of it.
         peers: which of :data:`PEER_METHODS` rows to add (a model without attention heads
             Torch-Pruning removes gets no ``'hidden+heads'`` row: ``skipped`` says why).
         hidden_only: also mmdcs's own network with the hidden units alone pruned (one kept
             ratio, every residual channel kept, :func:`~mmdcs.analysis.complexity.
-            flops_budget_subnet`) at the same FLOPs: the peer's choice of units in mmdcs's
-            implementation, which says whether a gap is the units or the implementation.
-        tol: relative tolerance of the FLOPs match.
-        threads, repeats, warmup, clocks: the timing (:func:`time_interleaved`).
+            flops_budget_subnet`) at the same FLOPs.
+        tol: relative tolerance of the match.
+        repeats, warmup, meter: the timing (:func:`time_all`).
         progress: called with a line at every step.
 
     Returns:
-        dict(rows=[one per method, :data:`COLUMNS` and more], skipped={method: why},
-        table=..., table_built=bool, spec=mmdcs's subnet (a dict), timings={name: {clock: ms}},
-        seconds).
+        dict(rows=[one per method, :data:`COLUMNS` and more: ``latency`` runtime → clock →
+        ratio], skipped={method: why}, table=..., table_built=bool, spec=mmdcs's subnet (a
+        dict), timings={runtime: {name: {clock: ms}}}, seconds).
     """
     unknown = set(peers) - set(PEER_METHODS)
-    if unknown:
-        raise ValueError(f'peers must be among {", ".join(PEER_METHODS)}, got '
-                         f'{", ".join(sorted(unknown))}')
+    if unknown or match not in MATCHES:
+        raise ValueError(f'peers must be among {", ".join(PEER_METHODS)} and match one of '
+                         f'{", ".join(MATCHES)}, got {sorted(peers)}, {match!r}')
     tp = import_torch_pruning()
     say = progress or (lambda line: None)
     t0 = time.perf_counter()
-    spec, table, built, base, size, variant = latency_budget_spec(
-        arch, target, 1, threads, 'cpu', 'fp32', variant=variant, input_size=input_size,
+    by_latency = match == MATCHES[1]  # the benchmark's mode: the peer at mmdcs's measured time
+    if isinstance(runtime, str):
+        runtime = build_runtime(Measure(runtime=runtime, threads=threads))
+    ours = _ours(arch, target, dict(
+        batch=batch, threads=threads, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
-        table_rounds=table_rounds, table_timer=table_timer, seed=seed, progress=progress,
-        on_table=on_table)
-    torch.manual_seed(seed)
-    pruned = build_backbone(arch, spec.variant, spec, size).eval()
-    base_flops = count_flops(base, size)
-    ours_flops = count_flops(pruned, size) / base_flops
-    predicted = float(spec.meta['budget']['achieved_ratio'])
-    say(f'{arch}: mmdcs ({variant}, select_hidden={select_hidden}) at latency target {target:g}: '
-        f'predicted {predicted:.3f}, FLOPs ratio {ours_flops:.4f}')
-
-    x = torch.randn((1, 3) + tuple(size), generator=torch.Generator().manual_seed(seed))
+        table_rounds=table_rounds, table_meter=table_meter, seed=seed, progress=progress,
+        on_table=on_table), runtime, by_latency or refine, dict(
+            repeats=repeats, warmup=warmup, meter=meter, refine=refine))
+    spec, size = ours['spec'], ours['size']
+    say(f'{arch}: mmdcs ({ours["variant"]}, select_hidden={select_hidden}) at latency target '
+        f'{target:g}: predicted {ours["predicted"]:.3f}'
+        + (f', measured {ours["measured"]:.3f}' if ours['measured'] is not None else '')
+        + f', FLOPs ratio {ours["flops"]:.4f}')
+    x = torch.randn((int(batch), 3) + tuple(size), generator=torch.Generator().manual_seed(seed))
     tmodel, _ = timm_model(arch, size, seed)
     timm_base = TimmFeatures(tmodel).eval()
-    timm_flops = count_flops(timm_base, size)
-    timm_params = feature_params(timm_base, x)
+    x1 = x[:1]
     names = {mod: n for n, mod in tmodel.named_modules()}
-    called = called_modules(timm_base, x)  # the classifier head's MLP is not a backbone's
-    hidden = [names[mod] for mod in hidden_unit_layers(tmodel, x, tp) if mod in called]
+    called = called_modules(timm_base, x1)  # the classifier head's MLP is not a backbone's
+    hidden = [names[mod] for mod in hidden_unit_layers(tmodel, x1, tp) if mod in called]
     say(f'{arch}: timm {type(tmodel).__name__}: {len(hidden)} hidden-unit layers '
         f'(e.g. {hidden[0] if hidden else "none"})')
-    models = {'mmdcs baseline': base, 'mmdcs': pruned, 'timm baseline': timm_base}
-    rows_meta = [dict(method=f'mmdcs {variant} + hidden ({method}, latency target '
-                             f'{target:g})', name='mmdcs', base='mmdcs baseline',
-                      flops_ratio=ours_flops, params_ratio=count_params(pruned) /
-                      count_params(base), predicted_ratio=predicted, pruning_ratio=None,
-                      heads_ratio=None, match=None)]
+    models = {'mmdcs baseline': ours['base'], 'mmdcs': ours['pruned'], 'timm baseline': timm_base}
+    rows_meta = [ours['row']]
     if hidden_only:
-        # mmdcs's own network pruned like the peer's 'hidden' row: every hidden width at one
-        # ratio, the residual channels D̃ all kept, at the same FLOPs
-        cls = backbone_class(arch)
-        ho_spec = flops_budget_subnet(cls, arch, variant, ours_flops,
-                                      select_hidden=select_hidden or True, prune_channels=False,
-                                      seed=seed, multiple_of=multiple_of, **cls.size_kwargs(size))
-        torch.manual_seed(seed)
-        ho = build_backbone(arch, ho_spec.variant, ho_spec, size).eval()
-        rows_meta.append(dict(method=f'mmdcs {variant}, hidden units only (FLOPs budget)',
-                              name='mmdcs hidden only', base='mmdcs baseline',
-                              flops_ratio=count_flops(ho, size) / base_flops,
-                              params_ratio=count_params(ho) / count_params(base),
-                              predicted_ratio=None, pruning_ratio=1 - ho_spec.meta['keep_ratio'],
-                              heads_ratio=None, match=None))
-        models['mmdcs hidden only'] = ho
-        say(f'{arch}: mmdcs hidden units only: kept ratio {ho_spec.meta["keep_ratio"]:.3f} → '
-            f'FLOPs ratio {rows_meta[-1]["flops_ratio"]:.4f}')
+        rows_meta.append(_hidden_only(arch, ours, select_hidden, seed, multiple_of, models, say))
+    peer = dict(tp=tp, tmodel=tmodel, x=x, hidden=hidden, round_to=round_to, tol=tol,
+                by_latency=by_latency, runtime=runtime, repeats=repeats, warmup=warmup,
+                threads=threads, meter=meter, say=say)
     skipped = {}
-    for peer in peers:
-        heads = peer == 'hidden+heads'
-        if heads and not head_attentions(tmodel):
-            skipped[peer] = 'no attention with whole heads Torch-Pruning removes'
-            say(f'{arch}: Torch-Pruning {peer}: skipped ({skipped[peer]})')
+    for name in peers:
+        got = _peer(arch, name, ours, peer)
+        if isinstance(got, str):
+            skipped[name] = got
+            say(f'{arch}: Torch-Pruning {name}: skipped ({got})')
             continue
-        def flops_at(r, h=None, heads=heads):
-            h = (r if h is None else h) if heads else None
-            return count_flops(TimmFeatures(tp_prune(tmodel, x, r, h, round_to, tp, hidden)),
-                               size) / timm_flops
-
-        try:
-            m, h_used = match_flops(flops_at, ours_flops, tol, heads)
-        except (RuntimeError, ValueError) as e:  # e.g. a forward that fails after pruning
-            skipped[peer] = f'Torch-Pruning could not prune it ({type(e).__name__}: ' \
-                            f'{str(e).splitlines()[0][:160]})'
-            say(f'{arch}: Torch-Pruning {peer}: skipped ({skipped[peer]})')
-            continue
-        if not m.converged:
-            skipped[peer] = (f'FLOPs not matched within {tol:.0%}: ratio {m.ratio:.4f} gives '
-                             f'{m.value:.4f} for {ours_flops:.4f}')
-            say(f'{arch}: Torch-Pruning {peer}: skipped ({skipped[peer]})')
-            continue
-        feats = TimmFeatures(tp_prune(tmodel, x, m.ratio, h_used, round_to, tp,
-                                      hidden)).eval()
-        name = f'Torch-Pruning {peer}'
-        models[name] = feats
-        rows_meta.append(dict(method=f'Torch-Pruning {peer} (magnitude, round_to={round_to})',
-                              name=name, base='timm baseline', flops_ratio=m.value,
-                              params_ratio=feature_params(feats, x) / timm_params,
-                              predicted_ratio=None, pruning_ratio=m.ratio, heads_ratio=h_used,
-                              match=[list(e) for e in m.evaluations]))
-        say(f'{arch}: Torch-Pruning {peer}: ratio {m.ratio:.4f}'
-            + (f' (heads {h_used:.4f})' if heads else '')
-            + f' → FLOPs ratio {m.value:.4f} ({len(m.evaluations)} tries)')
-
-    say(f'{arch}: timing {len(models)} models, {repeats} interleaved rounds, {threads} thread(s)')
-    timings = time_interleaved(models, x, repeats, warmup, threads, clocks)
-    rows = []
-    for meta in rows_meta:
-        b, p = timings[meta['base']], timings[meta['name']]
-        rows.append(dict(
-            model=arch, input=f'{size[0]}x{size[1]}', threads=threads, target=float(target),
-            method=meta['method'], flops_ratio=meta['flops_ratio'],
-            params_ratio=meta['params_ratio'], predicted_ratio=meta['predicted_ratio'],
-            latency_ratio=p['wall'] / b['wall'],
-            latency_ratio_thread=(p['thread'] / b['thread']) if 'thread' in p else None,
-            baseline_ms=b['wall'], pruned_ms=p['wall'], pruning_ratio=meta['pruning_ratio'],
-            heads_ratio=meta['heads_ratio'], match=meta['match'], rounds=int(repeats)))
-    return dict(rows=rows, skipped=skipped, table=table, table_built=built,
+        models[got[0]['name']] = got[1]
+        rows_meta.append(got[0])
+    timings = {}
+    for rt in [runtime] + [r for r in runtimes if r != runtime]:
+        label = rt if isinstance(rt, str) else rt.name
+        say(f'{arch}: timing {len(models)} models in {label}, {repeats} interleaved rounds, '
+            f'{threads} thread(s), batch {batch}')
+        timings[label] = time_all(models, x, repeats, warmup, threads, meter, rt)
+    rows = [_row(arch, size, threads, batch, target, m, timings, repeats) for m in rows_meta]
+    return dict(rows=rows, skipped=skipped, table=ours['table'],
+                table_built=ours['built'], match=match,
                 spec=spec.to_dict() if isinstance(spec, SubnetSpec) else spec,
-                timings=timings, baseline_flops=dict(mmdcs=base_flops, timm=timm_flops),
+                timings=timings, baseline_flops=dict(mmdcs=ours['base_flops'],
+                                                     timm=count_flops(timm_base, size)),
                 seconds=time.perf_counter() - t0)
 
 
+def _hidden_only(arch, ours: dict, select_hidden, seed, multiple_of, models, say) -> dict:
+    """mmdcs's own network pruned like the peer's 'hidden' row: every hidden width at one
+    ratio, the residual channels D̃ all kept, at the same FLOPs as mmdcs's subnet."""
+    cls = backbone_class(arch)
+    size, base = ours['size'], ours['base']
+    spec = flops_budget_subnet(cls, arch, ours['variant'], ours['flops'],
+                               select_hidden=select_hidden or True, prune_channels=False,
+                               seed=seed, multiple_of=multiple_of, **cls.size_kwargs(size))
+    torch.manual_seed(seed)
+    net = build_backbone(arch, spec.variant, spec, size).eval()
+    models['mmdcs hidden only'] = net
+    meta = dict(method=f'mmdcs {ours["variant"]}, hidden units only (FLOPs budget)',
+                name='mmdcs hidden only', base='mmdcs baseline',
+                flops_ratio=count_flops(net, size) / ours['base_flops'],
+                params_ratio=count_params(net) / count_params(base), predicted_ratio=None,
+                measured_ratio=None, pruning_ratio=1 - spec.meta['keep_ratio'],
+                heads_ratio=None, match=None)
+    say(f'{arch}: mmdcs hidden units only: kept ratio {spec.meta["keep_ratio"]:.3f} → FLOPs '
+        f'ratio {meta["flops_ratio"]:.4f}')
+    return meta
+
+
+def _peer(arch, name: str, ours: dict, p: dict):
+    """One Torch-Pruning row, matched to mmdcs's subnet (its FLOPs or its measured latency):
+    (row meta, pruned model), or why it has none (a string)."""
+    heads = name == 'hidden+heads'
+    tmodel, tp, x1, size = p['tmodel'], p['tp'], p['x'][:1], ours['size']
+    if heads and not head_attentions(tmodel):
+        return 'no attention with whole heads Torch-Pruning removes'
+    if heads and p['by_latency']:
+        return 'matched at equal FLOPs only (whole heads make the latency jump)'
+    timm_flops = count_flops(TimmFeatures(tmodel), size)
+
+    def pruned(r, h=None):
+        return tp_prune(tmodel, x1, r, (r if h is None else h) if heads else None,
+                        p['round_to'], tp, p['hidden'])
+    try:
+        if p['by_latency']:
+            m, h_used = match_latency(tmodel, p['x'], ours['measured'], p['tol'],
+                                      p['runtime'], pruned, p['repeats'], p['warmup'],
+                                      p['threads'], p['meter']), None
+        else:
+            m, h_used = match_flops(lambda r, h=None: count_flops(
+                TimmFeatures(pruned(r, h)), size) / timm_flops, ours['flops'], p['tol'], heads)
+    except (RuntimeError, ValueError) as e:  # e.g. a forward that fails after pruning
+        return (f'Torch-Pruning could not prune it ({type(e).__name__}: '
+                f'{str(e).splitlines()[0][:160]})')
+    what = 'latency' if p['by_latency'] else 'FLOPs'
+    if not m.converged:
+        return (f'{what} not matched within {p["tol"]:.0%}: ratio {m.ratio:.4f} gives '
+                f'{m.value:.4f} for {ours["measured"] if p["by_latency"] else ours["flops"]}')
+    feats = TimmFeatures(pruned(m.ratio, h_used)).eval()
+    p['say'](f'{arch}: Torch-Pruning {name}: ratio {m.ratio:.4f}'
+             + (f' (heads {h_used:.4f})' if heads else '')
+             + f' → {what} ratio {m.value:.4f} ({len(m.evaluations)} tries)')
+    return dict(method=f'Torch-Pruning {name} (magnitude, round_to={p["round_to"]}, equal '
+                       f'{what})', name=f'Torch-Pruning {name}', base='timm baseline',
+                flops_ratio=count_flops(feats, size) / timm_flops,
+                params_ratio=feature_params(feats, x1) / feature_params(TimmFeatures(tmodel),
+                                                                        x1),
+                predicted_ratio=None, measured_ratio=m.value if p['by_latency'] else None,
+                pruning_ratio=m.ratio, heads_ratio=h_used,
+                match=[list(e) for e in m.evaluations]), feats
+
+
+def _row(arch, size, threads, batch, target, meta: dict, timings: dict, repeats) -> dict:
+    """A row: the method's ratios, and its latency ratio to its own baseline in every runtime
+    and clock (the first runtime's wall and thread clocks as ``latency_ratio`` and
+    ``latency_ratio_thread``)."""
+    latency = {rt: {c: t[meta['name']][c] / t[meta['base']][c] for c in t[meta['name']]}
+               for rt, t in timings.items()}
+    first = next(iter(timings))
+    b, p = timings[first][meta['base']], timings[first][meta['name']]
+    return dict(model=arch, input=f'{size[0]}x{size[1]}', threads=threads, batch=int(batch),
+                target=float(target), **{k: v for k, v in meta.items() if k not in ('name',
+                                                                                   'base')},
+                latency_ratio=latency[first]['wall'],
+                latency_ratio_thread=latency[first].get('thread'), latency=latency,
+                baseline_ms=b['wall'], pruned_ms=p['wall'], rounds=int(repeats))
+
+
+def _ours(arch, target, kw: dict, runtime, measured: bool, timing: dict) -> dict:
+    """mmdcs's side: the subnet at the target (measured and corrected in ``runtime`` when
+    ``measured``, else the table's prediction), built, with its ratios."""
+    if measured:
+        row = latency_target_row(arch, target, runtime=runtime, **kw, **timing)
+        spec, table, built = SubnetSpec.coerce(row['spec']), row['table'], row['table_built']
+        size, variant = tuple(int(v) for v in row['input'].split('x')), row['variant']
+        base = build_backbone(arch, 'baseline', None, size).eval()
+        measured_ratio = row['measured_ratio_clock']
+    else:
+        kw = dict(kw)
+        batch, threads = kw.pop('batch'), kw.pop('threads')
+        spec, table, built, base, size, variant = latency_budget_spec(
+            arch, target, batch, threads, 'cpu', 'fp32', runtime=runtime, **kw)
+        measured_ratio = None
+    torch.manual_seed(kw.get('seed', 0))
+    pruned = build_backbone(arch, spec.variant, spec, size).eval()
+    base_flops = count_flops(base, size)
+    flops = count_flops(pruned, size) / base_flops
+    predicted = float(spec.meta['budget']['achieved_ratio'])
+    meta = dict(method=f'mmdcs {variant} + hidden (latency target {target:g})', name='mmdcs',
+                base='mmdcs baseline', flops_ratio=flops,
+                params_ratio=count_params(pruned) / count_params(base),
+                predicted_ratio=predicted, measured_ratio=measured_ratio, pruning_ratio=None,
+                heads_ratio=None, match=None)
+    return dict(spec=spec, table=table, built=built, base=base, pruned=pruned, size=size,
+                variant=variant, flops=flops, predicted=predicted, measured=measured_ratio,
+                base_flops=base_flops, row=meta)
 def format_peer_benchmark(rows: Sequence[dict]) -> str:
-    """Markdown table of :func:`peer_benchmark` rows."""
-    lines = ['| model | method | FLOPs ratio | params ratio | latency ratio (wall) | '
-             'latency ratio (thread CPU) | baseline ms | pruned ms |',
-             '|' + '---|' * 8]
+    """Markdown table of :func:`peer_benchmark` rows (a column per further runtime a row was
+    timed in: its ratio on the thread's CPU time, else the wall clock)."""
+    more = list(dict.fromkeys(rt for r in rows for rt in list(r.get('latency') or {})[1:]))
+    lines = ['| model | batch | method | FLOPs ratio | params ratio | latency ratio (wall) | '
+             'latency ratio (thread CPU) | '
+             + ''.join(f'latency ratio, {rt} | ' for rt in more) + 'baseline ms | pruned ms |',
+             '|' + '---|' * (9 + len(more))]
     for r in rows:
         th = r.get('latency_ratio_thread')
-        lines.append(f'| {r["model"]} | {r["method"]} | {r["flops_ratio"]:.3f} | '
-                     f'{r["params_ratio"]:.3f} | {r["latency_ratio"]:.3f} | '
-                     f'{"—" if th is None else f"{th:.3f}"} | {r["baseline_ms"]:.2f} | '
-                     f'{r["pruned_ms"]:.2f} |')
+        extra = ''.join(
+            f'{(c.get("thread", c.get("wall")) if c else float("nan")):.3f} | '
+            for rt in more for c in [(r.get('latency') or {}).get(rt)])
+        lines.append(f'| {r["model"]} | {r.get("batch", 1)} | {r["method"]} | '
+                     f'{r["flops_ratio"]:.3f} | {r["params_ratio"]:.3f} | '
+                     f'{r["latency_ratio"]:.3f} | {"—" if th is None else f"{th:.3f}"} | '
+                     f'{extra}{r["baseline_ms"]:.2f} | {r["pruned_ms"]:.2f} |')
     return '\n'.join(lines)

@@ -9,8 +9,11 @@ mmdcs imports it).
 * :mod:`.export` — the export of a subnet (to a budget or not) as one call,
   :func:`~.export.export_subnet` (``tools/export_subnet.py``, the demo);
 * :mod:`.deploy` — ONNX export of any model of a config, the onnxruntime parity check, the
-  graph's MACs, and the evaluation of exported detectors / segmentors (``tools/deployment``).
+  graph's MACs, and the evaluation of exported detectors / segmentors (``tools/deployment``);
+* :mod:`.ort_runtime` — onnxruntime (and its TensorRT provider) as a runtime of latency tables
+  and measurements (``--runtime onnxruntime``), registered here.
 """
+from . import ort_runtime  # noqa: F401  (registers the onnxruntime runtimes)
 from .launch import UserError, load_config, prepare_task, user_errors
 
 __all__ = ['UserError', 'load_config', 'prepare_task', 'user_errors']

@@ -35,12 +35,11 @@ import torch
 
 from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import keep_freed_memory, time_models
-from mmdcs.analysis.latency_table import (_units, clock_timer, default_clock, load_table,
-                                          pruned_copy)
+from mmdcs.analysis.latency_table import _units, default_clock, load_table, pruned_copy
 from mmdcs.analysis.plots import last_validation
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import SubnetSpec, file_sha256
-from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError
+from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError, resource_options
 from mmdcs.selection.importance import widths_of
 from mmdcs.selection.jsonio import read_json
 from mmdcs.selection.latency_cost import LatencyCost, selection_options
@@ -63,6 +62,9 @@ SEARCHED = ('dcs', 'kcr')
 PRUNERS = ('magnitude', 'uniform', 'random', 'taylor')
 METHODS = SEARCHED + PRUNERS
 REGIMES = ('scratch', 'pretrained')
+#: what a comparison's budgets are ratios of: the baseline's FLOPs, or the latency of each
+#: network predicted by its own table (a resource whose budget takes a table:
+#: :func:`needs_tables`)
 RESOURCES = ('flops', 'latency')
 RETRAIN = ('default', 'ce-only')
 #: the methods that rank attention heads (``select_heads``): the searches' gates per head and
@@ -126,6 +128,12 @@ LATENCY_SHAPE = (64, 64)
 #: the network each method exports, by the table it aims with: DCS's supernet, KCR's, and the
 #: baseline ranked by a pruner (variant dcs-arch2: MLP channel selection only)
 TABLE_VARIANTS = {'dcs': 'dcs', 'kcr': 'kcr', 'pruned': 'dcs-arch2'}
+
+
+def needs_tables(resource: str) -> bool:
+    """Whether a comparison aimed at ``resource`` measures a table per network first (its
+    budget takes one: :func:`~mmdcs.selection.budget.resource_options`)."""
+    return bool(resource_options(resource))
 
 
 def table_kind(method: str) -> str:
@@ -405,7 +413,7 @@ def summary_markdown(rows: List[dict], settings: dict) -> str:
     paired differences against magnitude over seeds, per regime."""
     agg = aggregate(rows)
     diffs = paired_differences(rows)
-    latency = settings.get('resource') == 'latency'
+    latency = settings.get('latency') is not None  # a comparison on latency tables
     if latency:
         t = settings.get('latency', {})
         cost = ('budgets are **latency** ratios of the baseline backbone predicted by a latency '
@@ -662,11 +670,9 @@ class Runner:
         self.arch_lr = arch_lr
         #: a latency comparison's tables (None: the budgets are FLOPs budgets)
         self.tables = tables
-        #: options of the export's latency measurement (``timer``: tests); by default the
-        #: tables' clock (one thread: the thread's CPU time, :func:`clock_timer`)
+        #: options of the export's latency measurement (``meter``: tests); the measurement is
+        #: the table's own (its clock, batch and threads: one thread, the thread's CPU time)
         self.measure_options = dict(measure_options or {})
-        if tables is not None and 'timer' not in self.measure_options:
-            self.measure_options['timer'] = clock_timer(tables.clock)
         self._base_cost = {}
 
     # -- helpers
@@ -1026,10 +1032,11 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
             raise UserError(f'--budgets: {b} is not a ratio in (0, 1)')
     if resource not in RESOURCES:
         raise UserError(f'--resource must be one of {", ".join(RESOURCES)}, got {resource!r}')
-    if resource == 'latency' and not latency:
+    tabled = needs_tables(resource)
+    if tabled and not latency:
         raise UserError('--no-latency with --resource latency: a latency comparison measures '
                         'every subnet\'s latency')
-    if resource == 'latency' and not theta_masks:
+    if tabled and not theta_masks:
         raise UserError('--no-theta-masks with --resource latency: the DCS subnet without its '
                         'Linear_θ masks is another network than the one its latency table '
                         'predicts; use --resource flops for that ablation')
@@ -1039,7 +1046,7 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     if retrain not in RETRAIN:
         raise UserError(f'--retrain must be one of {RETRAIN}')
     if select_heads:
-        if resource == 'latency':
+        if tabled:
             raise UserError('--select-heads with --resource latency: the comparison\'s latency '
                             'tables have no head units yet; compare heads at equal FLOPs')
         other = [m for m in methods if m not in HEAD_METHODS]
@@ -1064,14 +1071,15 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         settings['arch_lr'] = float(arch_lr)
     if pruner_epochs is not None and pruner_epochs != epochs:
         settings['pruner_epochs'] = int(pruner_epochs)
-    if resource == 'latency' and tables is None:
-        tables = LatencyTables(osp.join(out, 'tables'), log=log)
-    if resource == 'latency':
+    if tabled:
+        tables = tables or LatencyTables(osp.join(out, 'tables'), log=log)
         settings['latency'] = tables.settings()
+    else:
+        tables = None
     os.makedirs(out, exist_ok=True)
     results = Results(osp.join(out, 'results.json'), settings)
     runs = plan(models, methods, budgets, seeds, regime)
-    if resource == 'latency':  # every table, every budget checked, before any training
+    if tables is not None:  # every table, every budget checked, before any training
         tables.prepare(models, methods, budgets)
     if run_one is None:
         run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,

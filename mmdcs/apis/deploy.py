@@ -356,20 +356,24 @@ def read_onnx(path: str):
     return model
 
 
-def ort_session(path: str, threads: Optional[int] = None, optimize: bool = True):
-    """An onnxruntime CPU session (``threads`` intra-op threads; None: onnxruntime's default,
-    all cores) of the model in ``path`` (:func:`read_onnx` checks the file first)."""
+def ort_session(path: str, threads: Optional[int] = None, optimize: bool = True,
+                providers: Optional[Sequence[str]] = None):
+    """An onnxruntime session (``threads`` intra-op threads and one inter-op thread, operators
+    run sequentially; None: onnxruntime's default, all cores) of the model in ``path``
+    (:func:`read_onnx` checks the file first) on ``providers`` (default the CPU execution
+    provider)."""
     import onnxruntime as ort
     read_onnx(path)
     so = ort.SessionOptions()
     if threads:
         so.intra_op_num_threads = int(threads)
         so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize
                                    else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = 3
     try:
-        return ort.InferenceSession(path, so, providers=['CPUExecutionProvider'])
+        return ort.InferenceSession(path, so, providers=list(providers or ['CPUExecutionProvider']))
     except Exception as e:  # noqa: BLE001  (onnxruntime's InvalidGraph, NotImplemented ...)
         first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()),
                      type(e).__name__)

@@ -16,22 +16,22 @@ anything is written; both files are written or neither (:mod:`mmdcs.apis.outputs
 """
 import copy
 import os.path as osp
+import shutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 
 import mmdcs
-from mmdcs.analysis import complexity
 from mmdcs.analysis.complexity import count_flops, count_params
-from mmdcs.analysis.latency import time_models
-from mmdcs.analysis.latency_table import CLOCKS, clock_timer, device_name
+from mmdcs.analysis.latency import TIMED, build_runtime
+from mmdcs.analysis.target import Candidate, Met, TargetMissed, meet_target
 from mmdcs.selection import (architecture_state_keys, file_sha256, in_search_state,
                              prunable_modules, search_state_keys)
-from mmdcs.selection.budget import (LATENCY_TOLERANCE, REFINE_TOLERANCE, BudgetError,
-                                    budget_subnet, build_cost, refine_to_target)
-from mmdcs.selection.importance import get_scorer, scorer_names, widths_subnet
+from mmdcs.selection.budget import (REFINE_TOLERANCE, BudgetError, Measure, build_cost,
+                                    counted_resources, resource_options)
+from mmdcs.selection.importance import Ranking, get_scorer, scorer_names
 from .launch import UserError
 from .loading import dataset_batches
 from .outputs import atomic_outputs, check_output_dir, refuse_overwrite
@@ -43,8 +43,6 @@ from .subnet_io import (backbone_cfg_of, backbone_prefix, block_summary, build_m
 
 #: file formats of the pruned weights
 FORMATS = ('pth', 'safetensors')
-#: what the exported model is measured by (mmengine.analysis) besides the budget's resource
-COUNTED = ('flops', 'params')
 
 
 @dataclass
@@ -148,24 +146,22 @@ def _target(target, method: str):
         resource, ratio = target
         return resource, ratio
     if get_scorer(method).baseline:
-        raise UserError(f'--method {method} needs a budget: --target-flops R or '
-                        '--target-params R')
+        raise UserError(f'--method {method} needs a budget: '
+                        + ' or '.join(f'--target-{r} R' for r in counted_resources()))
     return None, None
 
 
-def _cost(counted: nn.Module, resource: str, shape, cost, options: dict, costs: Dict[str, Any]):
-    """The budget's :class:`~mmdcs.selection.budget.ResourceCost`: ``cost`` itself, or built by
-    name (:func:`~mmdcs.selection.budget.build_cost`: the calibrated exact count for FLOPs and
-    parameters, a latency table for latency, with ``options`` such as ``latency_table``); a
-    table that cannot be used is one line (:class:`UserError`)."""
-    if cost is not None:
-        return cost
-    if resource in costs and not options:
-        return costs[resource]
+def _built_cost(counted: nn.Module, resource: str, shape, options: dict):
+    """A budget's :class:`~mmdcs.selection.budget.ResourceCost` built by name
+    (:func:`~mmdcs.selection.budget.build_cost`); a cost that cannot be built (a table that does
+    not fit, a missing option) is one line (:class:`UserError`)."""
     try:
         return build_cost(resource, counted, shape, **options)
-    except BudgetError:
-        raise
+    except BudgetError as e:
+        flags = ', '.join(f'--{o.replace("_", "-")}' for o in resource_options(resource))
+        raise UserError(f'--target-{resource}: {e}' + (f' ({flags})' if flags and not any(
+            f'--{o.replace("_", "-")}' in str(e) for o in resource_options(resource)) else '')
+                        ) from e
     except (ValueError, KeyError, OSError) as e:
         what = str(next(iter(options.values()), resource))
         raise UserError(str(e) if what in str(e) else f'{what}: {e}') from e
@@ -184,74 +180,58 @@ def train_batches(n: int = 4, batch_size: int = 32, seed: int = 0) -> Callable:
     return batches
 
 
-def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = 'alpha',
-                  target: Optional[Tuple[str, float]] = None, cost=None,
-                  cost_options: Optional[dict] = None, multiple_of: int = 1,
-                  shape: Union[None, Sequence[int]] = None, cfg_options: Optional[dict] = None,
-                  verify: bool = True, fmt: str = 'pth', force: bool = False,
-                  measure: bool = False, measure_options: Optional[dict] = None,
-                  batches: Union[None, Sequence, Callable] = None,
-                  scorer_options: Optional[dict] = None, refine: int = 0,
-                  refine_tolerance: float = REFINE_TOLERANCE,
-                  latency_tolerance: Optional[float] = LATENCY_TOLERANCE) -> ExportResult:
-    """Export the subnet of ``checkpoint`` (a supernet's, or a baseline's for a scorer that
-    reads one) to ``out_dir``.
-
-    Args:
-        config: the config the checkpoint was trained with.
-        checkpoint: its weights.
-        out_dir: where ``subnet.json`` and ``pruned.FMT`` go.
-        method: a registered scorer (:func:`mmdcs.selection.importance.scorer_names`).
-        target: ``(resource, ratio)``: meet ``ratio`` × the baseline's count of ``resource``
-            (``'flops'``, ``'params'``, or another resource of ``cost``); None: keep {α > 0}.
-        cost: the budget's :class:`~mmdcs.selection.budget.ResourceCost` for ``target``;
-            default: built by name (:func:`~mmdcs.selection.budget.build_cost`: the exact
-            count calibrated with mmengine at ``shape`` for FLOPs and parameters).
-        cost_options: options of the resource's builder (``latency_table=PATH`` for latency).
-        multiple_of: every kept width a multiple of it (or the full width).
-        shape: input size H [W] of the counts (default: the config's input size).
-        cfg_options: overrides of the config.
-        verify: check that the pruned model gives the supernet's eval output (without a
-            target).
-        fmt: ``'pth'`` or ``'safetensors'``.
-        force: replace existing results.
-        measure: time the exported model against the baseline (interleaved, medians:
-            :func:`mmdcs.analysis.latency.time_models`, or with a latency target the table's
-            clock, :func:`~mmdcs.analysis.latency_table.clock_timer`); ``measure_options``: its
-            keyword arguments (``repeats``, ``warmup``, ``threads`` and ``batch``: by default
-            the latency table's, else 1; ``timer``: a replacement of ``time_models`` with its
-            signature).
-        batches: data for a scorer that needs it (an iterable of batches, or a callable
-            ``batches(cfg, model, scope)`` returning one, called with the config and the model
-            loaded here: e.g. :func:`train_batches`).
-        scorer_options: more context of the scorer (``seed`` and ``widths`` of ``'random'``).
-        refine: with a latency target and ``measure``: at most this many measured corrections
-            (:func:`~mmdcs.selection.budget.refine_to_target`): while the subnet measured
-            closest to the target is more than ``refine_tolerance`` from it, the table is asked
-            for ``asked · target / measured`` and that subnet built and measured; the closest is
-            exported (``meta['budget']``: ``asked_ratio`` and every try in ``refine``).
-        latency_tolerance: with a latency target and ``measure``: a subnet measured further than
-            this from the target is refused (:class:`UserError`, one line, nothing written);
-            None: exported whatever was measured.
-    """
-    shape = shape_arg(shape)
-    if isinstance(multiple_of, bool) or not isinstance(multiple_of, int) or multiple_of < 1:
+def _check_arguments(method: str, fmt: str, multiple_of) -> None:
+    if multiple_of is not None and (isinstance(multiple_of, bool)
+                                    or not isinstance(multiple_of, int) or multiple_of < 1):
         raise UserError(f'--multiple-of must be a positive integer, got {multiple_of}')
     if method not in scorer_names():
         raise UserError(f'--method {method!r} is not a ranking method; known: '
                         f'{", ".join(scorer_names())}')
     if fmt not in FORMATS:
         raise UserError(f'--format must be one of {", ".join(FORMATS)}, got {fmt!r}')
-    scorer = get_scorer(method)
-    subnet_path = osp.join(out_dir, 'subnet.json')
-    ckpt_path = osp.join(out_dir, f'pruned.{fmt}')
-    check_output_dir(out_dir, '--out')
-    refuse_overwrite((subnet_path, ckpt_path), force)
+
+
+@dataclass
+class _Source:
+    """The loaded supernet of an export: config, model, backbone, checkpoint and sizes."""
+    config: str
+    checkpoint: str
+    cfg: Any
+    scope: str
+    model: nn.Module
+    backbone: nn.Module
+    ckpt: dict
+    sha: str
+    shape: tuple
+    source: str
+    classifier: bool
+
+    @property
+    def counted(self) -> nn.Module:
+        """What the exact counts count: the whole classifier, else the backbone."""
+        return self.model if self.classifier else self.backbone
+
+    @property
+    def full_shape(self) -> tuple:
+        return (1, in_channels(self.backbone)) + tuple(self.shape)
+
+    def build(self, spec) -> Candidate:
+        """The whole model with the backbone pruned to ``spec``, built from the spec alone and
+        loaded with the pruned weights (an internal error if they do not fit)."""
+        state = pruned_model_state(self.model, spec, backbone_cfg_of(self.cfg.model))
+        pruned = build_model(with_subnet(self.cfg.model, spec.to_dict()), self.scope)
+        missing, unexpected = pruned.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise UserError(f'internal: the pruned weights do not fit the model built from the '
+                            f'subnet (missing {missing[:5]}, unexpected {unexpected[:5]})')
+        pruned.eval()
+        backbone = require_pruned(pruned)
+        return Candidate(spec, pruned if self.classifier else backbone, backbone, state)
+
+
+def _load(config, checkpoint, cfg_options, shape, scorer) -> _Source:
     require_checkpoint(config, checkpoint)
     cfg, scope = load_task_config(config, cfg_options)
-    resource, ratio = _target(target, method)
-    if scorer.needs_data and resource is not None and batches is None:
-        raise UserError(f'--method {method} needs data batches to score the channels')
     if scorer.baseline:
         magnitude_supernet_cfg(cfg.model)
     model = build_model(cfg.model, scope)
@@ -259,179 +239,222 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
     ckpt = (load_baseline_checkpoint if scorer.baseline else load_model_checkpoint)(
         model, checkpoint)
     model.eval()
-
-    sha = file_sha256(checkpoint)
+    source = '--shape'
     if shape is None:
         shape, source = config_input_size(cfg, backbone)
-    else:
-        source = '--shape'
     classifier = scope in ('mmpretrain', 'mmdcs') and hasattr(model, 'head')
-    counted_model = model if classifier else backbone
-    meta = export_meta(config, checkpoint, sha)
-    costs: Optional[Dict[str, Any]] = None
+    return _Source(config, checkpoint, cfg, scope, model, backbone, ckpt,
+                   file_sha256(checkpoint), tuple(shape), source, classifier)
+
+
+def _measure(cost, measure, options: dict, runtime: Optional[str]):
+    """The :class:`~mmdcs.selection.budget.Measure` of the export's measurement: a measured
+    resource's own (where its prediction was made; ``threads``, ``batch``, ``repeats`` and
+    ``warmup`` of ``options`` replace its own), else with ``measure`` a PyTorch (or
+    ``runtime``) measurement at one thread and batch 1 unless told; None: not measured."""
+    changes = dict(threads=options.get('threads'), batch=options.get('batch'),
+                   rounds=options.get('repeats'), warmup=options.get('warmup'))
+    try:
+        own = cost.measure(runtime=runtime, **changes) if cost is not None else None
+    except (BudgetError, ValueError) as e:
+        raise UserError(f'--runtime {runtime}: {e}') from e
+    if measure is False or (own is None and not measure):
+        return None
+    return own or Measure(runtime=runtime or 'torch').replace(
+        **dict(changes, threads=changes['threads'] or 1, batch=changes['batch'] or 1))
+
+
+def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = 'alpha',
+                  target: Optional[Tuple[str, float]] = None, cost=None,
+                  cost_options: Optional[dict] = None, multiple_of: Optional[int] = None,
+                  shape: Union[None, Sequence[int]] = None, cfg_options: Optional[dict] = None,
+                  verify: bool = True, fmt: str = 'pth', force: bool = False,
+                  measure: Optional[bool] = None, measure_options: Optional[dict] = None,
+                  batches: Union[None, Sequence, Callable] = None,
+                  scorer_options: Optional[dict] = None, refine: int = 0,
+                  refine_tolerance: float = REFINE_TOLERANCE,
+                  latency_tolerance: Union[None, float, str] = 'resource',
+                  runtime: Optional[str] = None) -> ExportResult:
+    """Export the subnet of ``checkpoint`` (a supernet's, or a baseline's for a scorer that
+    reads one) to ``out_dir``; with a target, :func:`mmdcs.analysis.target.meet_target` meets
+    it (rank, build, check or measure, correct, refuse).
+
+    Args:
+        config: the config the checkpoint was trained with.
+        checkpoint: its weights.
+        out_dir: where ``subnet.json`` and ``pruned.FMT`` go (and, measured in onnxruntime,
+            ``pruned_backbone.onnx``: the file timed).
+        method: a registered scorer (:func:`mmdcs.selection.importance.scorer_names`).
+        target: ``(resource, ratio)``: meet ``ratio`` × the baseline's count of a registered
+            resource (:func:`~mmdcs.selection.budget.resource_names`: ``'flops'``,
+            ``'params'``, ``'latency'``, ...); None: keep {α > 0}.
+        cost: the budget's :class:`~mmdcs.selection.budget.ResourceCost` for ``target``;
+            default: built by name (:func:`~mmdcs.selection.budget.build_cost`).
+        cost_options: options of the resource's builder (``latency_table=PATH`` for latency).
+        multiple_of: every kept width a multiple of it (or the full width); None: the cost's
+            own (1 for an exact count, a latency table's grid step).
+        shape: input size H [W] of the counts (default: the config's input size).
+        cfg_options: overrides of the config.
+        verify: check that the pruned model gives the supernet's eval output (without a
+            target).
+        fmt: ``'pth'`` or ``'safetensors'``.
+        force: replace existing results.
+        measure: time the exported backbone against the baseline backbone (interleaved
+            rounds, medians: :func:`mmdcs.analysis.latency.measure_pair`); None: where the
+            target's resource is measured (latency). ``measure_options``: ``repeats``,
+            ``warmup``, ``threads`` and ``batch`` (default: the latency table's, else 1),
+            ``seed``, ``meter`` (a synthetic meter, tests).
+        batches: data for a scorer that needs it (an iterable of batches, or a callable
+            ``batches(cfg, model, scope)`` returning one, e.g. :func:`train_batches`).
+        scorer_options: more context of the scorer (``seed`` and ``widths`` of ``'random'``).
+        refine: a measured target: at most this many measured corrections
+            (:func:`~mmdcs.selection.budget.refine_to_target`; ``meta['budget']``:
+            ``asked_ratio`` and every try in ``refine``).
+        latency_tolerance: a measured target: a subnet measured further than this from it is
+            refused (one line, nothing written); ``'resource'``: the resource's own (0.03 for
+            latency); None: exported whatever was measured.
+        runtime: the runtime of the measurement (``'torch'``, ``'onnxruntime'``; default: the
+            latency table's, else PyTorch); a table of another runtime is refused in one line.
+    """
+    _check_arguments(method, fmt, multiple_of)
+    scorer = get_scorer(method)
+    subnet_path = osp.join(out_dir, 'subnet.json')
+    ckpt_path = osp.join(out_dir, f'pruned.{fmt}')
+    check_output_dir(out_dir, '--out')
+    refuse_overwrite((subnet_path, ckpt_path), force)
+    resource, ratio = _target(target, method)
+    if scorer.needs_data and resource is not None and batches is None:
+        raise UserError(f'--method {method} needs data batches to score the channels')
+    src = _load(config, checkpoint, cfg_options, shape_arg(shape), scorer)
     if resource is None:
-        spec = backbone.export_subnet(multiple_of=multiple_of, **meta)
-        empty = [name for name, m in prunable_modules(backbone).items()
-                 if not bool((m.select.alpha > 0).any())]
-    else:
-        options = dict(cost_options or {})
-        # another resource's cost (a latency table) first: a table that does not fit is refused
-        # before the calibrations
-        budget_cost = (None if resource in COUNTED else
-                       _cost(counted_model, resource, shape, cost, options, {}))
-        if budget_cost is not None:  # a target outside (floor, ceiling): refused at once
-            budget_cost.check_target(ratio, f'--target-{resource}', multiple_of)
-        # the exact counts are calibrated in any case: the built model is checked against them
-        costs = {r: complexity.calibrate_cost(counted_model, r, shape) for r in COUNTED}
-        if budget_cost is None:
-            budget_cost = _cost(counted_model, resource, shape, cost, options, costs)
-        ctx = dict(scorer_options or {}, model=model)
-        if scorer.needs_data:
-            ctx['batches'] = batches(cfg, model, scope) if callable(batches) else batches
-        scores, hidden_scores = scorer(backbone, **ctx)
-        head_scores = (scorer.heads(backbone) or None) if scorer.heads is not None else None
+        return _write(src, _gates(src, multiple_of or 1), out_dir, subnet_path, ckpt_path, fmt,
+                      force, method, verify)
+    budget_cost = cost or (None if resource in counted_resources() else _built_cost(
+        src.counted, resource, src.shape, dict(cost_options or {})))
+    if budget_cost is not None:  # a target outside (floor, ceiling): refused at once
+        budget_cost.check_target(ratio, f'--target-{resource}',
+                                 multiple_of or budget_cost.multiple_of)
+    m_options = dict(measure_options or {})
+    how = _measure(budget_cost, measure, m_options, runtime)
+    try:  # the runtime lives until the files are written (it keeps the ONNX files measured)
+        rt = build_runtime(how, keep_files=True) if how else None
+    except ValueError as e:  # a runtime that cannot run here
+        raise UserError(f'--runtime {how.runtime}: {e}') from e
+    onnx_path = osp.join(out_dir, ONNX_FILE) if rt is not None and rt.writes_files else None
+    refuse_overwrite([p for p in (onnx_path, ) if p], force)
+    # the exact counts are calibrated in any case: every subnet is counted in them
+    costs = {r: build_cost(r, src.counted, src.shape) for r in counted_resources()}
+    budget_cost = budget_cost or costs[resource]
+    costs.setdefault(resource, budget_cost)
+    ctx = dict(scorer_options or {}, model=src.model)
+    if scorer.needs_data:
+        ctx['batches'] = batches(src.cfg, src.model, src.scope) if callable(batches) else batches
+    ranking = Ranking(src.backbone, method, **ctx)
+    m = multiple_of or budget_cost.multiple_of
+    meta = export_meta(config, checkpoint, src.sha)
+    try:
+        met = meet_target(
+            budget_cost, ratio, lambda r: ranking.at(budget_cost, r, m, **meta), src.build,
+            measure=how, baseline=how and baseline_backbone(src.cfg, src.scope,
+                                                            m_options.get('seed', 0)),
+            size=src.shape, seed=m_options.get('seed', 0), refine=refine,
+            refine_tolerance=refine_tolerance, tolerance=latency_tolerance,
+            meter=m_options.get('meter'), runtime=rt, name=f'--target-{resource}')
+    except TargetMissed as e:  # measured beyond the tolerance: nothing written
+        raise UserError(str(e)) from e
+    result = _write(src, met, out_dir, subnet_path, ckpt_path, fmt, force, method, verify,
+                    costs, budget_cost, (resource, ratio), onnx_path)
+    del rt  # its temporary files go with it
+    return result
 
-        def spec_at(r: float):
-            """The subnet the budget's cost gives at ratio ``r`` (``BudgetError``: one line)."""
-            if scorer.widths is not None:  # the scorer's own widths, its scores inside blocks
-                budget = budget_cost.check_target(r, f'--target-{resource}', multiple_of)
-                kept, hidden_kept = scorer.widths(budget_cost, budget, multiple_of, **ctx)
-                s = widths_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
-                                  budget_cost, r, kept, hidden_kept, scores, hidden_scores,
-                                  method, multiple_of, **meta)
-                if 'seed' in ctx and method == 'random':
-                    s.meta['seed'] = int(ctx['seed'])
-                return s
-            # channels and hidden units ranked jointly (BudgetError: nothing written)
-            return budget_subnet(backbone, backbone.family, backbone.arch, backbone.variant,
-                                 scores, budget_cost, r, multiple_of,
-                                 hidden_scores=hidden_scores, normalize=scorer.normalize,
-                                 head_scores=head_scores, method=method, **meta)
-        spec = spec_at(ratio)
-        costs.setdefault(resource, budget_cost)
-        empty = []
 
-    def build(spec):
-        """(state, pruned model, its backbone): the whole model with the backbone pruned, then
-        the pruned model built from the spec alone, loaded with that state."""
-        state = pruned_model_state(model, spec, backbone_cfg_of(cfg.model))
-        pruned = build_model(with_subnet(cfg.model, spec.to_dict()), scope)
-        missing, unexpected = pruned.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise UserError(f'internal: the pruned weights do not fit the model built from the '
-                            f'subnet (missing {missing[:5]}, unexpected {unexpected[:5]})')
-        pruned.eval()
-        return state, pruned, require_pruned(pruned)
+#: the file an export measured in a runtime that runs files writes (onnxruntime: the ONNX file
+#: of the pruned backbone, what was timed)
+ONNX_FILE = 'pruned_backbone.onnx'
 
-    state, pruned, pruned_backbone = build(spec)
-    full_shape = (1, in_channels(backbone)) + tuple(shape)
-    latency, notes, tries = None, [], None
-    aimed = measure and costs is not None and resource not in COUNTED
-    if measure:
-        options = dict(measure_options or {})
-        table = getattr(costs.get(resource), 'table', None) if costs else None
-        if isinstance(table, dict):  # measure where the table was measured, unless told
-            for key in ('threads', 'batch'):
-                if options.get(key) is None and isinstance(table.get(key), int):
-                    options[key] = table[key]
-            if options.get('timer') is None and table.get('clock') in CLOCKS:
-                options['timer'] = clock_timer(table['clock'])  # the clock it predicts
 
-        base = baseline_backbone(cfg, scope, options.get('seed', 0))  # once for every try
+def _gates(src: _Source, multiple_of: int) -> Met:
+    """The deterministic gates {α > 0} (no target), built."""
+    spec = src.backbone.export_subnet(multiple_of=multiple_of,
+                                      **export_meta(src.config, src.checkpoint, src.sha))
+    return Met(src.build(spec), None)
 
-        def timed(built):
-            return measure_latency(cfg, scope, built[2], classifier, full_shape, base=base,
-                                   **options)
 
-        def candidate(r: float):
-            s_ = spec_at(r)
-            return (s_, ) + build(s_)
+def _budget_record(src: _Source, met: Met, costs: dict, budget_cost):
+    """``meta['budget']['measured']``: every exact count of the built model beside its
+    baseline's, and the measurement (under the measured resource's name, else under
+    :data:`~mmdcs.analysis.latency.TIMED`); returns (the warnings of a cost used elsewhere than
+    it was made — a latency table of another machine, thread count or batch —, the
+    measurement's record)."""
+    b = met.spec.meta['budget']
+    b['measured'] = {}
+    for r, c in costs.items():
+        pruned = c.count_model(met.candidate.model)
+        if pruned is not None:
+            b['measured'][r] = dict(baseline=c.baseline, pruned=pruned,
+                                    ratio=pruned / c.baseline)
+    if met.measured is None:
+        return [], None
+    t = met.measured
+    key = budget_cost.resource if budget_cost.measure() is not None else TIMED
+    b['measured'][key] = {k: v for k, v in t.items() if k != 'files'}
+    if (t.get('files') or {}).get('pruned'):  # the file measured, written beside subnet.json
+        b['measured'][key]['file'] = ONNX_FILE
+    return budget_cost.context_warnings(device_name=t['device_name'], threads=t['threads'],
+                                        batch=t['batch'], dtype='fp32',
+                                        warn=False), b['measured'][key]
 
-        if aimed:  # measured corrections while the table misses (refine_to_target)
-            tries, best = refine_to_target((spec, state, pruned, pruned_backbone), timed,
-                                           candidate, ratio, refine, refine_tolerance,
-                                           ratio=lambda t: t['ratio'])
-            (spec, state, pruned, pruned_backbone), latency = tries[best].answer, \
-                tries[best].measured
-            b = spec.meta['budget']
-            b.update(target_ratio=float(ratio), target=float(ratio) * b['baseline'],
-                     asked_ratio=float(tries[best].asked))
-            if refine:
-                b['refine'] = [dict(asked=float(t.asked),
-                                    predicted=float(t.answer[0].meta['budget']['achieved_ratio']),
-                                    measured=float(t.measured['ratio'])) for t in tries]
-        else:
-            latency = timed((spec, state, pruned, pruned_backbone))
-        check = getattr(costs.get(resource), 'context_warnings', None) if costs else None
-        if check is not None:  # a table measured elsewhere: a warning naming both
-            notes = check(device_name=latency['device_name'], threads=latency['threads'],
-                          batch=latency['batch'], dtype='fp32', warn=False)
-        if aimed and latency_tolerance is not None and \
-                abs(latency['ratio'] - ratio) > latency_tolerance:
-            b = spec.meta['budget']
-            raise UserError(
-                f'--target-latency {ratio:g}: the exported subnet measured {latency["ratio"]:.3f} '
-                f'of the baseline\'s latency here ({latency["pruned_ms"]:.2f} / '
-                f'{latency["baseline_ms"]:.2f} ms; predicted {b["achieved_ratio"]:.3f} by '
-                f'{(b.get("cost") or {}).get("table") or "the table"}'
-                + (f', the closest of {len(tries)} tries measured ' + ', '.join(
-                    f'{t.measured["ratio"]:.3f}' for t in tries)
-                   + ' (table asked for ' + ', '.join(f'{t.asked:.3f}' for t in tries) + ')'
-                   if tries and len(tries) > 1 else '')
-                + f'), outside ±{latency_tolerance:g}; nothing written. --refine N corrects '
-                'with measurements, a table measured again on a quiet machine predicts better, '
-                '--latency-tolerance T accepts a wider miss, --no-measure exports the '
-                'prediction unmeasured')
-    rows = [('backbone, supernet', count_params(backbone), count_flops(backbone, full_shape)),
-            ('backbone, pruned', count_params(pruned_backbone),
-             count_flops(pruned_backbone, full_shape))]
-    if classifier:
-        rows += [('whole model, supernet', count_params(model), count_flops(model, full_shape)),
-                 ('whole model, pruned', count_params(pruned), count_flops(pruned, full_shape))]
 
-    if costs is not None:  # what the budget achieved, measured on the built pruned model
-        counted = rows[3] if classifier else rows[1]
-        spec.meta['budget']['measured'] = {
-            r: dict(baseline=costs[r].baseline, pruned=counted[2 if r == 'flops' else 1],
-                    ratio=counted[2 if r == 'flops' else 1] / costs[r].baseline)
-            for r in COUNTED}
-        if resource in COUNTED:
-            measured = spec.meta['budget']['measured'][resource]['pruned']
-            predicted = spec.meta['budget']['achieved']
-            if abs(measured - predicted) > 1e-6 * max(1., abs(predicted)):
-                raise UserError(f'internal: the built pruned model counts {measured:.0f} '
-                                f'{resource} where the budget\'s count predicts {predicted:.0f}; '
-                                'nothing written (please report this)')
-    if latency is not None and costs is not None:
-        spec.meta['budget']['measured']['latency'] = dict(latency)
+def _write(src: _Source, met: Met, out_dir, subnet_path, ckpt_path, fmt, force, method, verify,
+           costs=None, budget_cost=None, target=(None, None), onnx_path=None) -> ExportResult:
+    """Count, check, write both files (and the ONNX file) or none, and report."""
+    spec, c = met.spec, met.candidate
+    notes, latency = _budget_record(src, met, costs, budget_cost) if costs is not None else (
+        [], None)
+    rows = _rows(src, c)
     max_diff = ref = None
     if verify and costs is None:
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(full_shape, generator=g)
-        ref = _outputs(model, x, classifier)
-        out = _outputs(pruned, x, classifier)
+        x = torch.randn(src.full_shape, generator=torch.Generator().manual_seed(0))
+        ref = _outputs(src.model, x, src.classifier)
+        out = _outputs(c.model if src.classifier else c.backbone, x, src.classifier)
         max_diff = max(float((a - b).abs().max()) for a, b in zip(ref, out))
-
-    src_meta = ckpt.get('meta', None) or {}
+    src_meta = src.ckpt.get('meta', None) or {}
     ckpt_meta = dict(
         mmdcs_version=mmdcs.__version__, subnet=spec.to_dict(),
-        input_shape=list(full_shape),
+        input_shape=list(src.full_shape),
         params=dict(backbone_supernet=rows[0][1], backbone_pruned=rows[1][1]),
         flops=dict(backbone_supernet=rows[0][2], backbone_pruned=rows[1][2]),
         **{k: v for k, v in spec.meta.items()})
     if isinstance(src_meta, dict) and 'dataset_meta' in src_meta:
         ckpt_meta['dataset_meta'] = src_meta['dataset_meta']
-    # both files or neither, never a half-written one (temporary files renamed at the end)
-    with atomic_outputs(subnet_path, ckpt_path, force=force) as (subnet_tmp, ckpt_tmp):
-        spec.save(subnet_tmp)
-        save_pruned_checkpoint(ckpt_tmp, state, ckpt_meta)
-
+    onnx = (met.measured or {}).get('files', {}).get('pruned') if onnx_path else None
+    paths = (subnet_path, ckpt_path) + ((onnx_path, ) if onnx else ())
+    # every file or none, never a half-written one (temporary files renamed at the end)
+    with atomic_outputs(*paths, force=force) as tmps:
+        spec.save(tmps[0])
+        save_pruned_checkpoint(tmps[1], c.state, ckpt_meta)
+        if onnx:
+            shutil.copyfile(onnx, tmps[2])
+    empty = [] if costs is not None else [
+        name for name, mod in prunable_modules(src.backbone).items()
+        if not bool((mod.select.alpha > 0).any())]
     result = ExportResult(spec, subnet_path, ckpt_path, rows, max_diff,
                           spec.meta.get('budget') if costs is not None else None, latency, empty,
                           warnings=[f'WARNING: {n}' for n in notes])
-    _report(result, config, checkpoint, sha, backbone, model, shape, source, full_shape,
-            classifier, method, resource, ratio, ref, out_dir)
+    _report(result, src, method, target[0], target[1], ref, out_dir,
+            budget_cost.measure() is not None if budget_cost is not None else False)
     return result
+
+
+def _rows(src: _Source, c: Candidate) -> List[Tuple[str, int, int]]:
+    """(what, params, FLOPs) of the backbone (and whole model) before and after."""
+    s = src.full_shape
+    rows = [('backbone, supernet', count_params(src.backbone), count_flops(src.backbone, s)),
+            ('backbone, pruned', count_params(c.backbone), count_flops(c.backbone, s))]
+    if src.classifier:
+        rows += [('whole model, supernet', count_params(src.model), count_flops(src.model, s)),
+                 ('whole model, pruned', count_params(c.model), count_flops(c.model, s))]
+    return rows
 
 
 def baseline_backbone(cfg, scope: str, seed: int = 0) -> nn.Module:
@@ -449,37 +472,12 @@ def baseline_backbone(cfg, scope: str, seed: int = 0) -> nn.Module:
     return mmdcs_backbone(base) or base
 
 
-def measure_latency(cfg, scope: str, pruned: nn.Module, classifier: bool, full_shape,
-                    repeats: int = 21, warmup: int = 3, threads: Optional[int] = None,
-                    batch: Optional[int] = None, timer: Optional[Callable] = None,
-                    seed: int = 0, base: Optional[nn.Module] = None) -> dict:
-    """The exported backbone's latency against the baseline backbone's (``base``, default
-    :func:`baseline_backbone`), timed interleaved round by round, medians
-    (:func:`mmdcs.analysis.latency.time_models`; ``timer``: a replacement with its signature,
-    e.g. a synthetic one in tests). Backbones, as a latency table measures them (a classifier's
-    head is the same in both)."""
-    timer = timer or time_models
-    threads, batch = threads or 1, batch or 1
-    base = baseline_backbone(cfg, scope, seed) if base is None else base
-    pruned = require_pruned(pruned)
-    x = torch.randn((int(batch), ) + tuple(full_shape[1:]),
-                    generator=torch.Generator().manual_seed(seed))
-    t = timer(dict(baseline=base, pruned=pruned), x, warmup=warmup, repeats=repeats,
-              threads=threads)
-    b_ms, p_ms = float(t['baseline']['median_ms']), float(t['pruned']['median_ms'])
-    return dict(baseline_ms=b_ms, pruned_ms=p_ms, ratio=p_ms / b_ms, rounds=int(repeats),
-                clock=str(t['pruned'].get('clock', 'wall')),
-                threads=t['pruned'].get('threads', threads), batch=int(batch),
-                device=str(t['pruned'].get('device', x.device)),
-                device_name=device_name(x.device))
-
-
-def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, source,
-            full_shape, classifier, method, resource, ratio, ref, out_dir) -> None:
+def _report(r: ExportResult, src: _Source, method, resource, ratio, ref, out_dir,
+            measured_target: bool) -> None:
     """The printed report (``r.lines``, ``r.warnings``)."""
     spec, rows, empty, lines = r.spec, r.rows, r.empty, r.lines
-    lines.append(f'\nSubnet of {type(backbone).__name__}({spec.arch}, {spec.variant}) from '
-                 f'{checkpoint} (sha256 {sha[:16]}...)')
+    lines.append(f'\nSubnet of {type(src.backbone).__name__}({spec.arch}, {spec.variant}) from '
+                 f'{src.checkpoint} (sha256 {src.sha[:16]}...)')
     lines.append(f'kept channels: {sum(b.kept for b in spec.blocks)} of '
                  f'{sum(b.dim for b in spec.blocks)} ({spec.kept_ratio:.1%}) over '
                  f'{len(spec.blocks)} blocks\n')
@@ -489,34 +487,22 @@ def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, so
                      f'channel (a block cannot be empty): {", ".join(empty[:6])}'
                      f'{" ..." if len(empty) > 6 else ""}')
     lines.append(f'\nParams and FLOPs (mmengine.analysis, multiply-accumulates) at input '
-                 f'{shape[0]}x{shape[1]} ({source}):\n')
-    lines.append(complexity_lines(rows, full_shape))
+                 f'{src.shape[0]}x{src.shape[1]} ({src.source}):\n')
+    lines.append(complexity_lines(rows, src.full_shape))
     b0, b1 = rows[0][2], rows[1][2]
     lines.append(f'\nbackbone FLOPs: {human(b0)} -> {human(b1)} ({(b1 - b0) / max(b0, 1):+.1%}); '
                  f'params: {human(rows[0][1])} -> {human(rows[1][1])} '
                  f'({(rows[1][1] - rows[0][1]) / max(rows[0][1], 1):+.1%})')
     if r.budget is not None:
-        m = r.budget['measured']
-        lines.append(
-            f'budget ({method}): {resource} target {ratio:g} of the baseline '
-            f'{"classifier" if classifier and resource in COUNTED else "backbone"}; achieved '
-            f'FLOPs '
-            f'{human(m["flops"]["pruned"])} = {m["flops"]["ratio"]:.4f}, params '
-            f'{human(m["params"]["pruned"])} = {m["params"]["ratio"]:.4f} of the baseline '
-            f'({human(m["flops"]["baseline"])} FLOPs, {human(m["params"]["baseline"])} params)')
-        if resource not in COUNTED:
-            b = r.budget
-            source = (b.get('cost') or {}).get('table')
-            lines.append(f'{resource}: predicted {b["achieved"]:.4g} of the baseline\'s '
-                         f'{b["baseline"]:.4g} = {b["achieved_ratio"]:.4f} (target {ratio:g})'
-                         + (f' by {source}' if source else ''))
+        lines += _budget_lines(r.budget, method, resource, ratio, src.classifier,
+                               measured_target)
     if r.latency is not None:
         t = r.latency
         lines.append(f'latency, measured (batch {t["batch"]}, {t["threads"]} thread(s), '
-                     f'{t["device_name"]}, {t.get("clock", "wall")} clock, median of '
-                     f'{t["rounds"]} interleaved rounds): baseline '
-                     f'{t["baseline_ms"]:.2f} ms, pruned {t["pruned_ms"]:.2f} ms = '
-                     f'{t["ratio"]:.4f} of the baseline')
+                     f'{t["device_name"]}, {t["runtime"]["name"]} {t["runtime"]["version"]}, '
+                     f'{t.get("clock", "wall")} clock, median of {t["rounds"]} interleaved '
+                     f'rounds): baseline {t["baseline_ms"]:.2f} ms, pruned {t["pruned_ms"]:.2f} '
+                     f'ms = {t["ratio"]:.4f} of the baseline')
     if r.budget is not None and len(r.budget.get('refine') or ()) > 1:
         lines.append('measured corrections (the table asked for asked x target / measured): '
                      + ', '.join(f'asked {t["asked"]:.3f} -> predicted {t["predicted"]:.3f}, '
@@ -524,13 +510,32 @@ def _report(r: ExportResult, config, checkpoint, sha, backbone, model, shape, so
                      + f'; exported: asked {r.budget["asked_ratio"]:.3f}')
     if r.max_diff is not None:
         ok = r.max_diff <= 1e-4 * max(1., max(float(t.abs().max()) for t in ref))
-        what = 'logits' if classifier else 'backbone outputs'
+        what = 'logits' if src.classifier else 'backbone outputs'
         lines.append(f'check: pruned vs supernet eval {what}, max |diff| = {r.max_diff:.3g} '
                      f'({"equal" if ok else "NOT EQUAL"})')
         if not ok and not empty:
             r.warnings.append('WARNING: the pruned model does not reproduce the supernet; '
                               'please report this')
-    lines.append(f'\nwrote {r.subnet}\nwrote {r.checkpoint}\n')
-    lines.extend(usage_lines(config, out_dir, spec.variant, backbone_prefix(model) or '',
-                             osp.basename(r.checkpoint)))
+    written = [r.subnet, r.checkpoint] + ([osp.join(out_dir, ONNX_FILE)] if (
+        r.latency or {}).get('file') else [])
+    lines.append('\n' + '\n'.join(f'wrote {p}' for p in written) + '\n')
+    lines.extend(usage_lines(src.config, out_dir, spec.variant,
+                             backbone_prefix(src.model) or '', osp.basename(r.checkpoint)))
 
+
+def _budget_lines(b: dict, method, resource, ratio, classifier, measured_target) -> List[str]:
+    """The budget's lines: what it achieved in every exact count, and a measured resource's
+    prediction."""
+    m = b['measured']
+    counts = ', '.join(f'{r} {human(v["pruned"])} = {v["ratio"]:.4f}'
+                       for r, v in m.items() if 'pruned' in v)
+    bases = ', '.join(f'{human(v["baseline"])} {r}' for r, v in m.items() if 'pruned' in v)
+    out = [f'budget ({method}): {resource} target {ratio:g} of the baseline '
+           f'{"backbone" if measured_target or not classifier else "classifier"}; achieved '
+           f'{counts} of the baseline ({bases})']
+    if measured_target:
+        source = (b.get('cost') or {}).get('table')
+        out.append(f'{resource}: predicted {b["achieved"]:.4g} of the baseline\'s '
+                   f'{b["baseline"]:.4g} = {b["achieved_ratio"]:.4f} (target {ratio:g})'
+                   + (f' by {source}' if source else ''))
+    return out

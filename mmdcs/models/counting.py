@@ -20,10 +20,12 @@ These live with the models (the classifier calibrates its budget when it is buil
 :mod:`mmdcs.analysis.complexity` builds the tables on them.
 """
 import copy
+import functools
 import inspect
 import math
 import os.path as osp
 import warnings
+import weakref
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
@@ -33,12 +35,14 @@ from mmengine.analysis.jit_handles import get_shape
 
 from mmdcs.selection import (BlockSelection, QKChannelSelector, SubnetSpec, apply_subnet_,
                              head_selectors, hidden_selectors, prunable_modules)
-from mmdcs.selection.budget import RESOURCES, BudgetError, LinearCost, register_resource
+from mmdcs.selection.budget import BudgetError, LinearCost, register_resource
 from mmdcs.selection.latency_cost import LatencyCost
 from mmdcs.selection.subnet import file_sha256
 from mmdcs.selection.selectors import ChannelSelector
 
 Size = Tuple[int, int]
+#: the exact counts a budget can aim at (the resources ``flops`` and ``params``)
+COUNTS = ('flops', 'params')
 
 
 # ----------------------------------------------------------------------------- counting
@@ -238,8 +242,8 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
         resource: ``'flops'`` or ``'params'``.
         input_size: (H, W) of the FLOPs (default: the backbone's nominal input size).
     """
-    if resource not in RESOURCES:
-        raise ValueError(f'a budget counts one of {RESOURCES}, got {resource!r}')
+    if resource not in COUNTS:
+        raise ValueError(f'a budget counts one of {COUNTS}, got {resource!r}')
     backbone = model if hasattr(model, 'cost_terms') else getattr(model, 'backbone', None)
     if backbone is None or not hasattr(backbone, 'cost_terms'):
         raise ValueError(f'{type(model).__name__} has no mmdcs backbone to calibrate')
@@ -259,119 +263,22 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
     corners = [(False, False), (True, False)]
     if hidden_dims:
         corners += [(False, True), (True, True)]
-    counts, shapes = [], []
-    for d_half, h_half in corners:
-        if d_half or h_half:
-            probe = copy.deepcopy(model)
-            spec = SubnetSpec(
-                backbone.family, backbone.arch, backbone.variant,
-                [BlockSelection(n, dims[n], list(range(half[n] if d_half else dims[n])))
-                 for n in names],
-                hidden=[BlockSelection(k, h, list(range(hhalf[k] if h_half else h)))
-                        for k, h in hidden_dims.items()])
-            apply_subnet_(probe if model is backbone else probe.get_submodule(prefix[:-1]),
-                          spec)
-        else:
-            probe = model
-        counts.append(_own_counts(probe, resource, shape))
-        shapes.append({n: _leaf_shapes(m) for n, m in probe.named_modules()})
-    totals = [c[0] for c in counts]
-
-    # units: the prunable modules and the hidden-selected modules (an MLP is both)
-    units = list(dict.fromkeys(names + list(hidden_dims)))
-
-    def value(i, path):
-        return counts[i][1][prefix + path]
-
-    def inside(path):
-        return any(path == prefix + u or path.startswith(prefix + u + '.') for u in units)
-
-    def same(a, b):
-        return abs(a - b) <= 1e-9 * max(1., abs(a), abs(b))
-
-    coef = {n: 0. for n in names}
-    pair, pair_hidden, hidden_coef = {}, {}, {}
-    for u in units:
-        v = [value(i, u) for i in range(len(corners))]
-        sel_x = u in dims and dims[u] != half[u]
-        sel_y = u in hidden_dims and hidden_dims[u] != hhalf[u]
-        b = c = p = 0.
-        # corners: 0 (D, H), 1 (D/2, H), 2 (D, H/2), 3 (D/2, H/2); f = a + b·D̃ + c·H̃ + p·D̃·H̃
-        if sel_x:
-            b = (v[0] - v[1]) / (dims[u] - half[u])
-        elif not same(v[0], v[1]):
-            raise RuntimeError(f'internal: the {resource} of {u} depend on channels it does '
-                               'not select')
-        if len(corners) == 4:
-            if sel_y:
-                c = (v[0] - v[2]) / (hidden_dims[u] - hhalf[u])
-            elif not (same(v[0], v[2]) and same(v[1], v[3])):
-                raise RuntimeError(f'internal: the {resource} of {u} depend on hidden units it '
-                                   'does not select')
-            if sel_x and sel_y:
-                p = (v[0] - v[1] - v[2] + v[3]) / (
-                    (dims[u] - half[u]) * (hidden_dims[u] - hhalf[u]))
-                b -= p * hidden_dims[u]
-                c -= p * dims[u]
-            elif sel_x and not same(v[0] - v[1], v[2] - v[3]):
-                raise RuntimeError(f'internal: the {resource} of {u} depend on hidden units it '
-                                   'does not select')
-        if u in dims:
-            coef[u] += b
-            if p:
-                pair[u], pair_hidden[u] = p, u
-        if u in hidden_dims:
-            hidden_coef[u] = c
-
-    # the rest of the model: constant, but for operations that read a block's kept channels
-    # (MobileViT's projection conv, and the interpolation of its fold where the patch does not
-    # divide the map): a module with a parameter whose dim went from D to the probe's width is
-    # that block's; a module whose own operations changed without such a parameter is the
-    # block's whose such modules it contains
-    rest = [t - sum(value(i, u) for u in units) for i, t in enumerate(totals)]
-    full_shapes = shapes[0]
-    changed = [p for p, own in counts[1][2].items()
-               if not inside(p) and p in counts[0][2] and not same(own, counts[0][2][p])]
-
-    def by_shape(path):
-        return {n for k, new_shape in shapes[1].get(path, {}).items() for n in names
-                for a, b in zip(full_shapes.get(path, {}).get(k, ()), new_shape)
-                if (a, b) == (dims[n], half[n])}
-
-    owner = {p: by_shape(p) for p in shapes[1] if not inside(p) and by_shape(p)}
-    explained = 0.
-    for path in changed:
-        found = owner.get(path) or {n for p, ns in owner.items()
-                                    if p.startswith(path + '.' if path else '') for n in ns}
-        if len(found) != 1:
-            raise RuntimeError(f'internal: {path or type(model).__name__} changes with the kept '
-                               f'channels but cannot be attributed to one block '
-                               f'({sorted(found)[:3]})')
-        n = found.pop()
-        d0, d1 = counts[0][2][path], counts[1][2][path]
-        coef[n] += (d0 - d1) / (dims[n] - half[n])
-        explained += d0 - d1
-    if not same(rest[0] - rest[1], explained) or (
-            len(corners) == 4 and not (same(rest[0], rest[2]) and same(rest[1], rest[3]))):
-        raise RuntimeError(f'internal: the {resource} of {type(backbone).__name__} change with '
-                           'the kept widths outside its prunable modules in a way no layer '
-                           'explains')
-    full = totals[0]
-    if resource == 'flops':
-        theta = _theta_flops(backbone, shape)
-    else:
-        thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
-                  for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
-        theta = float(sum(p.numel() for t in thetas for p in t.parameters()))
+    pr = _Probes(model, backbone, prefix, resource, shape, dims, hidden_dims, half, hhalf,
+                 corners)
+    coef, pair, hidden_coef = pr.unit_coefficients()
+    pr.outside_coefficients(coef)
     head_coef, head_dims = _head_coefficients(model, backbone, prefix, resource, shape, dims,
-                                              hidden_dims, counts[0], same)
-    cost = LinearCost(resource, baseline=full - theta, const=0., coef=coef, dims=dims,
-                      input_size=tuple(size), meta=dict(probes=len(corners) + bool(head_dims)),
-                      pair=pair, pair_hidden=pair_hidden, hidden_coef=hidden_coef,
-                      hidden_dims=hidden_dims, head_coef=head_coef, head_dims=head_dims)
+                                              hidden_dims, pr.counts[0], _same)
+    full = pr.totals[0]
+    cost = LinearCost(resource, baseline=full - _theta_count(backbone, resource, shape),
+                      const=0., coef=coef, dims=dims, input_size=tuple(size),
+                      meta=dict(probes=len(corners) + bool(head_dims)), pair=pair,
+                      pair_hidden={u: u for u in pair}, hidden_coef=hidden_coef,
+                      hidden_dims=hidden_dims, head_coef=head_coef, head_dims=head_dims,
+                      counter=functools.partial(count_model, resource=resource, shape=shape))
     cost.const = full - cost.at(dims)
     # the count at the probes' widths must be what was counted (the bilinear form holds)
-    for (d_half, h_half), total in zip(corners, totals):
+    for (d_half, h_half), total in zip(corners, pr.totals):
         pred = cost.at({n: half[n] if d_half else dims[n] for n in names},
                        {k: hhalf[k] if h_half else h for k, h in hidden_dims.items()})
         if abs(pred - total) > 1e-6 * max(1., abs(total)):
@@ -379,6 +286,137 @@ def calibrate_cost(model: nn.Module, resource: str = 'flops',
                                f'{type(backbone).__name__} is {pred:.0f} where the probe counts '
                                f'{total:.0f}')
     return cost
+
+
+def _same(a, b) -> bool:
+    return abs(a - b) <= 1e-9 * max(1., abs(a), abs(b))
+
+
+def _theta_count(backbone: nn.Module, resource: str, shape) -> float:
+    """The count of DCS's Linear_θ (not in the baseline network)."""
+    if resource == 'flops':
+        return _theta_flops(backbone, shape)
+    thetas = [lin for m in backbone.modules() if isinstance(m, QKChannelSelector)
+              for lin in (getattr(m, 'theta_down', None), m.theta) if lin is not None]
+    return float(sum(p.numel() for t in thetas for p in t.parameters()))
+
+
+class _Probes:
+    """The probes of :func:`calibrate_cost`: the model at full width and at the half widths of
+    ``corners`` (channels, hidden units), each counted once and broken down by module, and the
+    coefficients they give."""
+
+    def __init__(self, model, backbone, prefix, resource, shape, dims, hidden_dims, half,
+                 hhalf, corners):
+        self.model, self.prefix, self.resource = model, prefix, resource
+        self.dims, self.hidden_dims, self.half, self.hhalf = dims, hidden_dims, half, hhalf
+        self.corners, self.backbone = corners, backbone
+        self.names = list(dims)
+        self.counts, self.shapes = [], []
+        for d_half, h_half in corners:
+            probe = model
+            if d_half or h_half:
+                probe = copy.deepcopy(model)
+                spec = SubnetSpec(
+                    backbone.family, backbone.arch, backbone.variant,
+                    [BlockSelection(n, dims[n], list(range(half[n] if d_half else dims[n])))
+                     for n in self.names],
+                    hidden=[BlockSelection(k, h, list(range(hhalf[k] if h_half else h)))
+                            for k, h in hidden_dims.items()])
+                apply_subnet_(probe if model is backbone else
+                              probe.get_submodule(prefix[:-1]), spec)
+            self.counts.append(_own_counts(probe, resource, shape))
+            self.shapes.append({n: _leaf_shapes(m) for n, m in probe.named_modules()})
+        self.totals = [c[0] for c in self.counts]
+        # units: the prunable modules and the hidden-selected modules (an MLP is both)
+        self.units = list(dict.fromkeys(self.names + list(hidden_dims)))
+
+    def value(self, i, path):
+        return self.counts[i][1][self.prefix + path]
+
+    def inside(self, path):
+        return any(path == self.prefix + u or path.startswith(self.prefix + u + '.')
+                   for u in self.units)
+
+    def unit_coefficients(self):
+        """(coef, pair, hidden_coef) of the prunable modules: each one's count is bilinear in
+        its own D̃ and H̃, so the corners give its coefficients exactly."""
+        coef = {n: 0. for n in self.names}
+        pair, hidden_coef = {}, {}
+        for u in self.units:
+            b, c, p = self._bilinear(u)
+            if u in self.dims:
+                coef[u] += b
+                if p:
+                    pair[u] = p
+            if u in self.hidden_dims:
+                hidden_coef[u] = c
+        return coef, pair, hidden_coef
+
+    def _bilinear(self, u):
+        """(b, c, p) of f = a + b·D̃ + c·H̃ + p·D̃·H̃ of unit ``u``, from the corners: 0 (D, H),
+        1 (D/2, H), 2 (D, H/2), 3 (D/2, H/2)."""
+        dims, hdims, half, hhalf = self.dims, self.hidden_dims, self.half, self.hhalf
+        v = [self.value(i, u) for i in range(len(self.corners))]
+        sel_x = u in dims and dims[u] != half[u]
+        sel_y = u in hdims and hdims[u] != hhalf[u]
+        b = c = p = 0.
+        if sel_x:
+            b = (v[0] - v[1]) / (dims[u] - half[u])
+        elif not _same(v[0], v[1]):
+            raise RuntimeError(f'internal: the {self.resource} of {u} depend on channels it '
+                               'does not select')
+        if len(self.corners) == 4:
+            if sel_y:
+                c = (v[0] - v[2]) / (hdims[u] - hhalf[u])
+            elif not (_same(v[0], v[2]) and _same(v[1], v[3])):
+                raise RuntimeError(f'internal: the {self.resource} of {u} depend on hidden '
+                                   'units it does not select')
+            if sel_x and sel_y:
+                p = (v[0] - v[1] - v[2] + v[3]) / ((dims[u] - half[u]) * (hdims[u] - hhalf[u]))
+                b -= p * hdims[u]
+                c -= p * dims[u]
+            elif sel_x and not _same(v[0] - v[1], v[2] - v[3]):
+                raise RuntimeError(f'internal: the {self.resource} of {u} depend on hidden '
+                                   'units it does not select')
+        return b, c, p
+
+    def _by_shape(self, path):
+        return {n for k, new_shape in self.shapes[1].get(path, {}).items() for n in self.names
+                for a, b in zip(self.shapes[0].get(path, {}).get(k, ()), new_shape)
+                if (a, b) == (self.dims[n], self.half[n])}
+
+    def outside_coefficients(self, coef) -> None:
+        """The rest of the model is constant, but for operations that read a block's kept
+        channels (MobileViT's projection conv, and the interpolation of its fold where the
+        patch does not divide the map): a module with a parameter whose dim went from D to the
+        probe's width is that block's; a module whose own operations changed without such a
+        parameter is the block's whose such modules it contains. Added to ``coef``; anything
+        else that changes is an internal error."""
+        counts, units = self.counts, self.units
+        rest = [t - sum(self.value(i, u) for u in units) for i, t in enumerate(self.totals)]
+        changed = [p for p, own in counts[1][2].items()
+                   if not self.inside(p) and p in counts[0][2] and not _same(own, counts[0][2][p])]
+        owner = {p: self._by_shape(p) for p in self.shapes[1]
+                 if not self.inside(p) and self._by_shape(p)}
+        explained = 0.
+        for path in changed:
+            found = owner.get(path) or {n for p, ns in owner.items()
+                                        if p.startswith(path + '.' if path else '') for n in ns}
+            if len(found) != 1:
+                raise RuntimeError(f'internal: {path or type(self.model).__name__} changes with '
+                                   f'the kept channels but cannot be attributed to one block '
+                                   f'({sorted(found)[:3]})')
+            n = found.pop()
+            d0, d1 = counts[0][2][path], counts[1][2][path]
+            coef[n] += (d0 - d1) / (self.dims[n] - self.half[n])
+            explained += d0 - d1
+        if not _same(rest[0] - rest[1], explained) or (
+                len(self.corners) == 4 and not (_same(rest[0], rest[2])
+                                                and _same(rest[1], rest[3]))):
+            raise RuntimeError(f'internal: the {self.resource} of '
+                               f'{type(self.backbone).__name__} change with the kept widths '
+                               'outside its prunable modules in a way no layer explains')
 
 
 def _head_coefficients(model, backbone, prefix, resource, shape, dims, hidden_dims, full,
@@ -415,6 +453,23 @@ def _head_coefficients(model, backbone, prefix, resource, shape, dims, hidden_di
     return head_coef, head_dims
 
 
+#: counts of built networks already counted (a network is counted by the target's check and
+#: by the export's record): network → (resource, shape) → count
+_COUNTED = weakref.WeakKeyDictionary()
+
+
+def count_model(model: nn.Module, resource: str, shape) -> float:
+    """The exact ``resource`` count of a built network: :func:`count_flops` at ``shape`` or
+    :func:`count_params` (what a :class:`LinearCost` calibrated here counts a pruned network
+    with, :meth:`LinearCost.count_model`); a network is traced once per shape."""
+    seen = _COUNTED.setdefault(model, {})
+    key = (resource, tuple(shape))
+    if key not in seen:
+        seen[key] = float(count_flops(model, shape) if resource == 'flops'
+                          else count_params(model))
+    return seen[key]
+
+
 def _exact_count(resource: str):
     def build(model: nn.Module, input_size: Optional[Size] = None) -> LinearCost:
         return calibrate_cost(model, resource, input_size)
@@ -425,8 +480,8 @@ def _exact_count(resource: str):
 # the exact counts are the budget resources 'flops' and 'params' (mmdcs.selection.budget's
 # registry; the search, the export and the analysis tools build them by name)
 register_resource('flops', _exact_count('flops'),
-                  help='multiply-accumulates, counted by mmengine.analysis')
-register_resource('params', _exact_count('params'), help='parameters')
+                  help='multiply-accumulates, counted by mmengine.analysis', counted=True)
+register_resource('params', _exact_count('params'), help='parameters', counted=True)
 
 
 def latency_cost(model: nn.Module, input_size: Optional[Size] = None,

@@ -12,7 +12,7 @@
 """
 from .attention import DCSAttention
 from .cost import COST_MODES, EXPECTATIONS, CostModel, CostTerm
-from .budget import (RESOURCES, BudgetError, LinearCost, alpha_scores, budget_subnet,
+from .budget import (BudgetError, LinearCost, alpha_scores, budget_subnet,
                      magnitude_scores, select_to_budget)
 from .gates import BinaryGumbelGate
 from .mlp import GatedMLP, PrunedMLP, mlp_residual
@@ -33,6 +33,6 @@ __all__ = [
     'export_subnet', 'head_layout', 'head_prunable_modules', 'head_selectors',
     'apply_subnet_', 'prune_state_dict', 'prunable_modules', 'selector_layout', 'file_sha256',
     'arch_parameters', 'architecture_state_keys', 'gates', 'in_search_state',
-    'search_state_keys', 'set_temperature', 'RESOURCES', 'BudgetError', 'LinearCost',
+    'search_state_keys', 'set_temperature', 'BudgetError', 'LinearCost',
     'alpha_scores', 'budget_subnet', 'magnitude_scores', 'select_to_budget'
 ]

@@ -26,6 +26,7 @@ network's, that the search and the export meet.
 
 Framework-free: plain PyTorch.
 """
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -39,8 +40,6 @@ from torch import Tensor
 from .subnet import (BlockSelection, SubnetSpec, head_prunable_modules, head_selectors,
                      hidden_prunable_modules, hidden_selectors, prunable_modules)
 
-#: what a budget can count
-RESOURCES = ('flops', 'params')
 #: the kinds of prunable units a budget ranks: a block's channels (D̃) and a module's hidden
 #: units (H̃); a unit is ``(kind, path)``
 CHANNELS, HIDDEN = 'channels', 'hidden'
@@ -58,38 +57,71 @@ class BudgetError(ValueError):
 Unit = Tuple[str, str]
 
 
+@dataclass(frozen=True)
+class Measure:
+    """How a measured resource's prediction is checked on the device
+    (:meth:`ResourceCost.measure`): the runtime that runs the network (``'torch'``: PyTorch
+    eager; ``'onnxruntime'``: the exported ONNX file; the runtimes of
+    ``mmdcs.analysis.latency``), where, with how many threads, at what batch and dtype, by
+    which clock (``'thread'``: the calling thread's CPU time, for one CPU thread; ``'wall'``),
+    in how many interleaved rounds (medians) after how many untimed calls."""
+    runtime: str = 'torch'
+    device: str = 'cpu'
+    threads: Optional[int] = 1
+    batch: int = 1
+    dtype: str = 'fp32'
+    clock: str = 'wall'
+    rounds: int = 21
+    warmup: int = 3
+
+    def replace(self, **changes) -> 'Measure':
+        """This measure with the changes that are not None."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
 @runtime_checkable
 class ResourceCost(Protocol):
     """What a resource (FLOPs, parameters, latency) costs as a function of the kept widths of a
-    supernet's prunable units: the one interface every budget consumer uses (the search's
-    multiplier and projection, ``mmdcs.selection.budget_search``; the export,
-    :func:`budget_subnet`; the analysis tools).
+    supernet's prunable units, and how a target of it is met: the one interface every budget
+    consumer uses (the search's multiplier and projection, ``mmdcs.selection.budget_search``;
+    the export, :func:`budget_subnet`; the one function that meets a target,
+    ``mmdcs.analysis.target.meet_target``; the analysis tools).
 
-    A *unit* is ``(CHANNELS, block)`` (a block's D̃ channels) or ``(HIDDEN, path)`` (a
-    hidden-selected module's H̃ hidden units); ``dims`` / ``hidden_dims`` give their full widths.
+    A *unit* is ``(CHANNELS, block)`` (a block's D̃ channels), ``(HIDDEN, path)`` (a
+    hidden-selected module's H̃ hidden units) or ``(HEADS, attention)`` (its kept heads);
+    ``dims`` / ``hidden_dims`` / ``head_dims`` give their full widths (``{}``: none).
     Counts are in the resource's own unit (multiply-accumulates, parameters, milliseconds);
-    a target is a ratio of ``baseline``. Implementations: :class:`LinearCost` (exact, linear
-    in each width), ``mmdcs.selection.latency_cost.LatencyCost`` (a measured table:
-    const + Σ interpolated unit times).
+    a target is a ratio of ``baseline``. An *exact* resource's count of a built network is
+    :meth:`count_model` and nothing is measured (``measure()`` is None); a *measured* one's
+    prediction is checked on the device as :meth:`measure` says, corrected by measurement and
+    refused beyond ``tolerance``. Implementations: :class:`LinearCost` (exact, linear in each
+    width), ``mmdcs.selection.latency_cost.LatencyCost`` (a measured table: const + Σ
+    interpolated unit times).
     """
     #: the resource's name (``'flops'``, ``'params'``, ``'latency'``)
     resource: str
     #: the baseline network's count (no selection at all, same input size): what a ratio
     #: multiplies
     baseline: float
-    #: block name → D; hidden selector path → H
+    #: block name → D; hidden selector path → H; head-selected attention path → heads
     dims: Dict[str, int]
     hidden_dims: Dict[str, int]
+    head_dims: Dict[str, int]
     #: (H, W) the cost was made for (None: not size-dependent)
     input_size: Optional[tuple]
     #: facts about the cost; for a measured one (not an exact count) the export records them
     #: (e.g. a latency table's identity: device, threads, batch, file and sha256)
     meta: dict
+    #: how far a measured ratio may be from its target (an exact count: 0)
+    tolerance: float
+    #: the group size of kept widths unless told otherwise (a table's grid step)
+    multiple_of: int
 
     def at(self, kept: Dict[str, float],
-           hidden_kept: Optional[Dict[str, float]] = None) -> float:
-        """The count with ``kept[block]`` channels and ``hidden_kept[path]`` hidden units
-        (missing hidden widths: full)."""
+           hidden_kept: Optional[Dict[str, float]] = None,
+           heads_kept: Optional[Dict[str, float]] = None) -> float:
+        """The count with ``kept[block]`` channels, ``hidden_kept[path]`` hidden units and
+        ``heads_kept[path]`` heads (missing: full)."""
 
     def unit_dims(self) -> Dict[Unit, int]:
         """Every unit → its full width."""
@@ -102,9 +134,10 @@ class ResourceCost(Protocol):
         unit of it)."""
 
     def expected(self, selectors: Dict[str, nn.Module], expectation: str = 'gate',
-                 hidden: Optional[Dict[str, nn.Module]] = None) -> Tensor:
+                 hidden: Optional[Dict[str, nn.Module]] = None,
+                 heads: Optional[Dict[str, nn.Module]] = None) -> Tensor:
         """The differentiable expected count of the stochastic supernet (a scalar with
-        gradients to every α, and β of ``hidden``)."""
+        gradients to every α, and β of ``hidden`` and ``heads``)."""
 
     @property
     def ceiling(self) -> float:
@@ -124,19 +157,43 @@ class ResourceCost(Protocol):
         """The absolute budget of a target ratio; :class:`BudgetError` (one line naming the
         target, the floor and the ceiling) unless floor < ratio < ceiling."""
 
+    def measure(self, **changes) -> Optional[Measure]:
+        """How a prediction is checked on the device (a :class:`Measure`, with the ``changes``
+        that are not None: e.g. ``threads``, ``rounds``; a runtime other than the one the
+        prediction was made for is :class:`BudgetError`, one line); None for an exact count."""
+
+    def count_model(self, model: nn.Module) -> Optional[float]:
+        """The exact count of a built network (the kind of model the cost was made for); None
+        where the resource is measured, not counted."""
+
+    def context_warnings(self, device_name: Optional[str] = None,
+                         threads: Optional[int] = None, batch: Optional[int] = None,
+                         dtype: Optional[str] = None, warn: bool = True) -> List[str]:
+        """Where a measured cost is used elsewhere than it was made (another device, thread
+        count, batch or dtype): one message per difference (``[]`` for an exact count)."""
+
 
 #: resource name → (builder(model, input_size=None, **options) → ResourceCost, option names,
 #: help)
 _RESOURCES: Dict[str, Tuple[Callable[..., ResourceCost], Tuple[str, ...], str]] = {}
+#: the resources a model is counted in whatever the target (what the export reports)
+_COUNTED: List[str] = []
 
 
 def register_resource(name: str, builder: Callable[..., ResourceCost],
-                      options: Sequence[str] = (), help: str = '') -> None:
+                      options: Sequence[str] = (), help: str = '',
+                      counted: bool = False) -> None:
     """Make ``name`` a budget resource: ``builder(model, input_size=None, **options)`` returns
     its :class:`ResourceCost` for ``model`` (a classifier or a supernet backbone); ``options``
-    are the keyword arguments it takes from a config's ``model.cost`` (e.g.
-    ``latency_table``). Registering a name again replaces it."""
+    are the keyword arguments it takes from a config's ``model.cost`` and from the export
+    (e.g. ``latency_table``: ``--latency-table``); ``counted``: an exact count the builder
+    makes from the model alone, which the export reports for every subnet (FLOPs,
+    parameters). Registering a name again replaces it."""
     _RESOURCES[name] = (builder, tuple(options), help)
+    if counted and name not in _COUNTED:
+        _COUNTED.append(name)
+    elif not counted and name in _COUNTED:
+        _COUNTED.remove(name)
 
 
 def resource_names() -> Tuple[str, ...]:
@@ -145,9 +202,19 @@ def resource_names() -> Tuple[str, ...]:
     return tuple(_RESOURCES)
 
 
+def counted_resources() -> Tuple[str, ...]:
+    """The registered resources every exported subnet is counted in (``counted=True``)."""
+    return tuple(r for r in _COUNTED if r in _RESOURCES)
+
+
 def resource_options(name: str) -> Tuple[str, ...]:
     """The options a resource's builder takes."""
     return _RESOURCES[name][1] if name in _RESOURCES else ()
+
+
+def resource_help(name: str) -> str:
+    """What a resource counts, in a few words (the tools' help)."""
+    return _RESOURCES[name][2] if name in _RESOURCES else ''
 
 
 def build_cost(resource: str, model: nn.Module, input_size: Optional[tuple] = None,
@@ -157,7 +224,7 @@ def build_cost(resource: str, model: nn.Module, input_size: Optional[tuple] = No
     if resource not in _RESOURCES:
         known = ', '.join(_RESOURCES) or 'none registered'
         raise BudgetError(f'{resource!r} is not a budget resource here (known: {known})')
-    builder, names, _ = _RESOURCES[resource]
+    builder, names = _RESOURCES[resource][:2]
     extra = sorted(set(options) - set(names))
     if extra:
         raise BudgetError(f'the {resource} budget takes no option {", ".join(extra)}'
@@ -174,6 +241,23 @@ class CostBounds:
     _ratio_of = 'count'
     #: the name of the floor in a refusal (a measured cost's floor is predicted)
     _floor_name = 'floor'
+    #: an exact count: a measured ratio must equal the prediction
+    tolerance = 0.
+    #: widths in groups of 1 unless told otherwise
+    multiple_of = 1
+
+    def measure(self, **changes) -> Optional[Measure]:
+        """An exact count is not measured: None."""
+        return None
+
+    def count_model(self, model: nn.Module) -> Optional[float]:
+        """Not counted here (see :class:`LinearCost`): None."""
+        return None
+
+    def context_warnings(self, device_name=None, threads=None, batch=None, dtype=None,
+                         warn: bool = True) -> List[str]:
+        """An exact count holds everywhere: no warning."""
+        return []
 
     def _baseline_phrase(self) -> str:
         """The baseline named in a refusal, e.g. ``flops (1.2G at 64x64)``."""
@@ -250,6 +334,8 @@ class LinearCost(CostBounds):
             of Linear_θ, its columns of proj, its share of q·kᵀ and attn·v): linear in the kept
             heads, independent of the other widths (measured, :func:`calibrate_cost`).
         head_dims: head-selected attention path → number of heads.
+        counter: ``model → count``, the exact count of a built network of the kind the cost
+            was calibrated on (:meth:`count_model`; set by the calibration).
     """
     resource: str
     baseline: float
@@ -264,6 +350,12 @@ class LinearCost(CostBounds):
     hidden_dims: Dict[str, int] = field(default_factory=dict)
     head_coef: Dict[str, float] = field(default_factory=dict)
     head_dims: Dict[str, int] = field(default_factory=dict)
+    counter: Optional[Callable[[nn.Module], float]] = field(default=None, repr=False,
+                                                            compare=False)
+
+    def count_model(self, model: nn.Module) -> Optional[float]:
+        """The exact count of a built network (``counter``; None without one)."""
+        return None if self.counter is None else float(self.counter(model))
 
     def at(self, kept: Dict[str, float],
            hidden_kept: Optional[Dict[str, float]] = None,
@@ -477,104 +569,121 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
     """
     if prior not in PRIORS:
         raise ValueError(f'prior must be one of {PRIORS}, got {prior!r}')
-    m = max(1, int(multiple_of))
-    units = [u for u in dims if u in scores]
-    prices = unit_prices(dims, count, units) if prior == 'cost' else {}
-    order, cum, sizes = {}, {}, {}
-    for u in units:
-        s = torch.as_tensor(scores[u], dtype=torch.float64).flatten()
-        if s.numel() != dims[u]:
-            raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
-        if prior == 'cost':
-            s = s * prices[u]
-        order[u] = s.argsort(descending=True, stable=True)
-        cum[u] = torch.cat([s.new_zeros(1), s[order[u]].cumsum(0)]).tolist()
-        # heads are whole units: removed one at a time whatever multiple_of
-        sizes[u] = _removal_sizes(int(dims[u]), 1 if _is_heads(u) else m)
-    rank = {u: i for i, u in enumerate(units)}
-    full = {u: int(d) for u, d in dims.items()}
-    partners = {u: [v for v in units if v != u and _paired(u, v, marginal, full)]
-                for u in units}
+    g = _Greedy(scores, dims, count, marginal, max(1, int(multiple_of)), prior)
+    g.eliminate(budget, tolerance)
+    g.add_back(budget)
+    return {u: sorted(g.order[u][:g.widths[u]].tolist()) if u in g.order else list(range(d))
+            for u, d in dims.items()}
 
-    def run():
-        """Eliminate, then add back what fits; returns the widths."""
-        widths = dict(full)
-        removed = {u: 0 for u in units}  # how many of its groups each unit has lost
 
-        def group(u, back: bool):
-            """(size, mean score) of the next group to remove (back=True: to add back)."""
-            size = sizes[u][removed[u] - 1 if back else removed[u]]
-            w = widths[u] + (size if back else 0)
-            return size, (cum[u][w] - cum[u][w - size]) / size
+class _Greedy:
+    """The state of :func:`select_units_to_budget`: every unit's scores in its removal order
+    (cumulated), its group sizes, its current width and how many groups it has lost, and the
+    heap of the units' next groups by score per unit of the cost they save."""
 
-        def ratio(u, back: bool = False):
-            """(the group's score per unit of the cost it saves, that cost): its summed score
-            over its cost — a group of 8 channels and a single head compare per element."""
-            size, score = group(u, back)
-            cost = size * marginal(u, widths)
-            return (score * size / cost if cost > 0 else math.inf), cost
-
+    def __init__(self, scores, dims, count, marginal, m: int, prior):
+        self.count, self.marginal = count, marginal
+        self.units = [u for u in dims if u in scores]
+        prices = unit_prices(dims, count, self.units) if prior == 'cost' else {}
+        self.order, self.cum, self.sizes = {}, {}, {}
+        for u in self.units:
+            s = torch.as_tensor(scores[u], dtype=torch.float64).flatten()
+            if s.numel() != dims[u]:
+                raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
+            if prior == 'cost':
+                s = s * prices[u]
+            self.order[u] = s.argsort(descending=True, stable=True)
+            self.cum[u] = torch.cat([s.new_zeros(1), s[self.order[u]].cumsum(0)]).tolist()
+            # heads are whole units: removed one at a time whatever multiple_of
+            self.sizes[u] = _removal_sizes(int(dims[u]), 1 if _is_heads(u) else m)
+        self.rank = {u: i for i, u in enumerate(self.units)}
+        self.widths = {u: int(d) for u, d in dims.items()}
+        self.partners = {u: [v for v in self.units
+                             if v != u and _paired(u, v, marginal, self.widths)]
+                         for u in self.units}
+        self.removed = {u: 0 for u in self.units}  # how many of its groups each unit lost
         # marginal costs change with the paired units' widths: the heap holds versioned
         # entries and stale ones are skipped
-        version = {u: 0 for u in units}
-        heap = []
+        self.version = {u: 0 for u in self.units}
+        self.heap: list = []
 
-        def push(u):
-            version[u] += 1
-            if removed[u] < len(sizes[u]):
-                heapq.heappush(heap, (ratio(u)[0], rank[u], version[u], u))
+    def group(self, u, back: bool):
+        """(size, mean score) of the next group to remove (back=True: to add back)."""
+        size = self.sizes[u][self.removed[u] - 1 if back else self.removed[u]]
+        w = self.widths[u] + (size if back else 0)
+        return size, (self.cum[u][w] - self.cum[u][w - size]) / size
 
-        for u in units:
-            push(u)
-        total = count(widths)
-        while total > budget and heap:
-            _, _, ver, u = heapq.heappop(heap)
-            if ver != version[u]:
+    def ratio(self, u, back: bool = False):
+        """(the group's score per unit of the cost it saves, that cost): its summed score
+        over its cost — a group of 8 channels and a single head compare per element."""
+        size, score = self.group(u, back)
+        cost = size * self.marginal(u, self.widths)
+        return (score * size / cost if cost > 0 else math.inf), cost
+
+    def push(self, u):
+        self.version[u] += 1
+        if self.removed[u] < len(self.sizes[u]):
+            heapq.heappush(self.heap, (self.ratio(u)[0], self.rank[u], self.version[u], u))
+
+    def finer(self, u, cost: float, total: float, budget: float, tolerance: float):
+        """A removal that would end far below the budget gives way to the best group that
+        does not, if any, else to the cheapest (a coarse, expensive group of one unit is not
+        the last word when cheaper groups of others can fill the budget); only groups whose
+        removal saves something are candidates: (unit, cost)."""
+        options = [(r, c, self.rank[v], v) for v in self.units
+                   if self.removed[v] < len(self.sizes[v]) for r, c in [self.ratio(v)]
+                   if c > 0]  # a group that adds time (a measured step) saves nothing
+        if not options:
+            return u, cost
+        within = [o for o in options if total - o[1] >= budget - tolerance]
+        best = min(within) if within else min(options, key=lambda o: (o[1], o[0], o[2]))
+        if best[3] != u and best[1] < cost:
+            self.push(u)
+            return best[3], best[1]
+        return u, cost
+
+    def eliminate(self, budget: float, tolerance: float) -> None:
+        """Remove the groups of lowest score per unit of cost until the count is within the
+        budget."""
+        for u in self.units:
+            self.push(u)
+        total = self.count(self.widths)
+        while total > budget and self.heap:
+            _, _, ver, u = heapq.heappop(self.heap)
+            if ver != self.version[u]:
                 continue
-            cost = ratio(u)[1]
+            cost = self.ratio(u)[1]
             if total - cost < budget - tolerance:
-                # this group would end far below the budget: finish with the best group that
-                # does not, if any (a coarse, expensive group of one unit is not the last word
-                # when cheaper groups of others can fill the budget)
-                options = [(r, c, rank[v], v) for v in units if removed[v] < len(sizes[v])
-                           for r, c in [ratio(v)]]
-                within = [o for o in options if total - o[1] >= budget - tolerance]
-                best = (min(within) if within else
-                        min(options, key=lambda o: (o[1], o[0], o[2])))
-                if best[3] != u and best[1] < cost:
-                    push(u)
-                    u, cost = best[3], best[1]
-            size, _ = group(u, back=False)
+                u, cost = self.finer(u, cost, total, budget, tolerance)
+            size, _ = self.group(u, back=False)
             total -= cost  # exact: the count is linear in each width
-            widths[u] -= size
-            removed[u] += 1
-            for v in [u] + partners[u]:
-                push(v)
-        total = count(widths)
-        while total <= budget:  # add back what fits, best score per unit of cost first
+            self.widths[u] -= size
+            self.removed[u] += 1
+            for v in [u] + self.partners[u]:
+                self.push(v)
+
+    def add_back(self, budget: float) -> None:
+        """Add back the removed groups that fit, best score per unit of cost first."""
+        total = self.count(self.widths)
+        while total <= budget:
             best = None
-            for u in units:
-                if removed[u]:
+            for u in self.units:
+                if self.removed[u]:
                     # what the group adds, counted: a measured cost's slope above a width is
                     # not the one below it (the marginal), so an estimate could overshoot
-                    size, score = group(u, back=True)
-                    widths[u] += size
-                    extra = count(widths) - total
-                    widths[u] -= size
+                    size, score = self.group(u, back=True)
+                    self.widths[u] += size
+                    extra = self.count(self.widths) - total
+                    self.widths[u] -= size
                     r = score * size / extra if extra > 0 else math.inf
                     if total + extra <= budget and (best is None or r > best[0]):
                         best = (r, u)
             if best is None:
                 break
             u = best[1]
-            widths[u] += sizes[u][removed[u] - 1]
-            removed[u] -= 1
-            total = count(widths)
-        return widths
-
-    widths = run()
-    return {u: sorted(order[u][:widths[u]].tolist()) if u in order else list(range(dims[u]))
-            for u in dims}
+            self.widths[u] += self.sizes[u][self.removed[u] - 1]
+            self.removed[u] -= 1
+            total = self.count(self.widths)
 
 
 def _paired(u, v, marginal, widths) -> bool:
@@ -602,7 +711,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
     units.update(((HIDDEN, k), s) for k, s in (hidden_scores or {}).items()
                  if k in cost.hidden_dims)
     units.update(((HEADS, k), s) for k, s in (head_scores or {}).items()
-                 if k in (getattr(cost, 'head_dims', {}) or {}))
+                 if k in cost.head_dims)
     units = normalize_scores(units, normalize)
     if tolerance is None:
         tolerance = 1e-3 * abs(cost.baseline)
@@ -611,7 +720,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
     out = ({n: keep[(CHANNELS, n)] for n in cost.dims},
            {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
     if head_scores is not None:
-        return out + ({k: keep[(HEADS, k)] for k in (getattr(cost, 'head_dims', {}) or {})}, )
+        return out + ({k: keep[(HEADS, k)] for k in cost.head_dims}, )
     return out
 
 
@@ -790,7 +899,7 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     budget = cost.check_target(target, name, multiple_of)
     if cost.hidden_dims and hidden_scores is None:
         hidden_scores = hidden_alpha_scores(model)
-    head_dims = getattr(cost, 'head_dims', {}) or {}
+    head_dims = cost.head_dims
     nested = nested_channels(model, [k for k in head_dims if k in (head_scores or {})])
     if nested:  # channels inside heads (EfficientViT): heads first, then channels
         keep, hidden_keep, head_keep = select_nested(
@@ -804,8 +913,7 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
         head_keep = selected[2] if len(selected) > 2 else {}
     kept = {n: len(k) for n, k in keep.items()}
     hidden_kept = {k: len(v) for k, v in hidden_keep.items()}
-    achieved = (cost.at(kept, hidden_kept, {k: len(v) for k, v in head_keep.items()})
-                if head_keep else cost.at(kept, hidden_kept))
+    achieved = cost.at(kept, hidden_kept, {k: len(v) for k, v in head_keep.items()})
     if abs(achieved - budget) > 0.01 * cost.baseline:
         raise BudgetError(
             f'{name} = {float(target):g} cannot be met within ±1 % of the baseline: the nearest '
@@ -829,7 +937,7 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
     if normalize:
         meta['budget']['normalize'] = normalize
     meta['budget']['prior'] = prior
-    if cost.resource not in RESOURCES and getattr(cost, 'meta', None):
+    if cost.measure() is not None and cost.meta:
         # what a measured cost was made from (a latency table: device, threads, batch, file)
         meta['budget']['cost'] = {k: v for k, v in cost.meta.items()
                                   if v is None or isinstance(v, (str, int, float, bool, list))}

@@ -56,7 +56,7 @@ def _unit_cost(cost):
     if all(hasattr(cost, a) for a in ('unit_dims', 'count', 'marginal')):
         return cost.unit_dims(), cost.count, cost.marginal
     dims = {(CHANNELS, n): int(d) for n, d in cost.dims.items()}
-    dims.update(((HIDDEN, k), int(h)) for k, h in (getattr(cost, 'hidden_dims', {}) or {}).items())
+    dims.update(((HIDDEN, k), int(h)) for k, h in cost.hidden_dims.items())
 
     def count(widths):
         kept = {n: widths.get((CHANNELS, n), d) for (kind, n), d in dims.items()
@@ -175,7 +175,7 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
         raise ValueError(f'margin must be a positive number, got {margin}')
 
     def deployed():
-        h = dict(getattr(cost, 'hidden_dims', {}) or {})
+        h = dict(cost.hidden_dims)
         h.update({k: int((s.alpha > 0).sum()) for k, s in hidden_selectors.items()})
         kept = {n: int((s.alpha > 0).sum()) for n, s in selectors.items()}
         if head_selectors:

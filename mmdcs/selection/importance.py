@@ -53,9 +53,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .budget import (NORMALIZATIONS, BudgetError, alpha_scores, head_alpha_scores,
-                     head_magnitude_scores, hidden_alpha_scores, hidden_magnitude_scores, human,
-                     magnitude_scores)
+from .budget import (NORMALIZATIONS, BudgetError, ResourceCost, alpha_scores, budget_subnet,
+                     head_alpha_scores, head_magnitude_scores, hidden_alpha_scores,
+                     hidden_magnitude_scores, human, magnitude_scores)
 from .subnet import (BlockSelection, SubnetSpec, hidden_prunable_modules, hidden_selectors,
                      prunable_modules)
 
@@ -310,6 +310,38 @@ def widths_subnet(model: nn.Module, family: str, arch: str, variant: str, cost,
     if multiple_of > 1:
         meta.setdefault('multiple_of', int(multiple_of))
     return SubnetSpec(family, arch, variant, blocks, meta, hidden)
+
+
+class Ranking:
+    """A supernet's units scored once by a registered scorer (``method``, with its context
+    ``ctx``: ``model``, ``batches``, ``seed``, ``widths``), ranked at any ratio of any cost:
+    :meth:`at` is the rank step of a target (``mmdcs.analysis.target.meet_target``)."""
+
+    def __init__(self, backbone: nn.Module, method: str, **ctx):
+        self.backbone, self.method, self.ctx = backbone, method, ctx
+        self.scorer = get_scorer(method)
+        self.scores, self.hidden_scores = self.scorer(backbone, **ctx)
+        heads = self.scorer.heads(backbone) if self.scorer.heads is not None else None
+        self.head_scores = heads or None
+
+    def at(self, cost: ResourceCost, ratio: float, multiple_of: int = 1, **meta) -> SubnetSpec:
+        """The subnet at ``ratio`` of ``cost``'s baseline: channels, hidden units and (with
+        head scores) heads ranked jointly per unit of marginal cost
+        (:func:`~mmdcs.selection.budget.budget_subnet`), or at the widths the scorer fixes
+        (:func:`widths_subnet`). :class:`BudgetError` (one line) when it cannot be met."""
+        b = self.backbone
+        if self.scorer.widths is None:
+            return budget_subnet(b, b.family, b.arch, b.variant, self.scores, cost, ratio,
+                                 multiple_of, hidden_scores=self.hidden_scores,
+                                 normalize=self.scorer.normalize,
+                                 head_scores=self.head_scores, method=self.method, **meta)
+        budget = cost.check_target(ratio, f'--target-{cost.resource}', multiple_of)
+        kept, hidden_kept = self.scorer.widths(cost, budget, multiple_of, **self.ctx)
+        spec = widths_subnet(b, b.family, b.arch, b.variant, cost, ratio, kept, hidden_kept,
+                             self.scores, self.hidden_scores, self.method, multiple_of, **meta)
+        if 'seed' in self.ctx and self.method == 'random':
+            spec.meta['seed'] = int(self.ctx['seed'])
+        return spec
 
 
 # ----------------------------------------------------------------------------- the pruners

@@ -38,7 +38,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .budget import CHANNELS, HEADS, HIDDEN, BudgetError, CostBounds
+from .budget import (CHANNELS, HEADS, HIDDEN, LATENCY_TOLERANCE, CostBounds,
+                     Measure)
 from .jsonio import read_json
 from .subnet import head_selectors, hidden_selectors, prunable_modules
 
@@ -52,6 +53,10 @@ REQUIRED_KEYS = ('arch', 'variant', 'selection', 'input_shape', 'batch', 'thread
 #: the dtypes and devices a table can be measured with
 TABLE_DTYPES = ('fp32', 'fp16', 'bf16')
 TABLE_DEVICES = ('cpu', 'cuda')
+#: the runtime of a table that does not name one (tables measured before runtimes were
+#: recorded: PyTorch eager)
+DEFAULT_RUNTIME = 'torch'
+
 Unit = Tuple[str, str]
 
 
@@ -274,6 +279,36 @@ class LatencyCost(CostBounds):
         self.input_size = tuple(shape) if isinstance(shape, list) else None
         self.meta = {k: table.get(k) for k in ('arch', 'variant', 'device_name', 'threads',
                                                'batch', 'dtype')}
+        self.meta['runtime'] = self.runtime
+        #: a measured miss beyond it is refused (docs/budgets.md: 0.70 asked, 0.70 ± 0.03)
+        self.tolerance = LATENCY_TOLERANCE
+        #: kept widths in groups of the table's grid step unless told otherwise
+        self.multiple_of = int(table.get('multiple_of') or 8)
+
+    @property
+    def runtime(self) -> str:
+        """The runtime the table was measured in (``'torch'`` where it names none)."""
+        return str(self.table.get('runtime') or DEFAULT_RUNTIME)
+
+    def measure(self, **changes) -> Measure:
+        """Where and how the table was measured, as a :class:`Measure` (its runtime, device,
+        threads, batch, dtype and clock), with ``changes`` (those not None). A runtime other
+        than the table's is one :class:`LatencyTableError` line: its predictions are of
+        another program."""
+        runtime = changes.pop('runtime', None)
+        if runtime is not None and runtime != self.runtime:
+            raise LatencyTableError(
+                f'the latency table was measured in the {self.runtime} runtime, not '
+                f'{runtime}: measure a table with tools/analysis/latency_table.py --runtime '
+                f'{runtime}')
+        t = self.table
+        threads = t.get('threads') if isinstance(t.get('threads'), int) else None
+        clock = t.get('clock') if t.get('clock') in ('wall', 'thread') else None
+        if clock is None:
+            clock = 'thread' if t.get('device') == 'cpu' and threads == 1 else 'wall'
+        return Measure(runtime=self.runtime, device=str(t.get('device') or 'cpu'),
+                       threads=threads, batch=int(t.get('batch') or 1),
+                       dtype=str(t.get('dtype') or 'fp32'), clock=clock).replace(**changes)
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -1,4 +1,4 @@
-"""mmdcs.analysis.latency_grid and tools/analysis/latency_grid.py with synthetic timers (no
+"""mmdcs.analysis.latency_grid and tools/analysis/latency_grid.py with synthetic meters (no
 timing assertions): both grid orders give a row; with exact synthetic unit times the smooth
 surface (a quadratic in D̃, H̃ that holds the bilinear synthetic MLP) predicts what the table
 predicts; bad input is one line, exit 2."""
@@ -8,13 +8,12 @@ from mmdcs.analysis.latency_grid import (compare_grid_orders, format_grid_orders
                                          surface_ratio)
 from _tools import assert_close_scaled, run_main  # noqa: E402 (tests/ is on sys.path)
 from test_latency_table import synthetic_timer  # noqa: E402
-from test_latency_target import fake_time_models  # noqa: E402
+from test_latency_target import fake_meter  # noqa: E402
 
 
 def test_both_grid_orders_with_exact_synthetic_times():
     rows = compare_grid_orders('deit-tiny', 0.7, 32, select_hidden=True, rounds=1, repeats=1,
-                               table_timer=synthetic_timer, timer=fake_time_models,
-                               clock_timer=synthetic_timer)
+                               table_meter=synthetic_timer, meter=fake_meter)
     assert [r['grid'] for r in rows] == ['aligned', 'rotated+pooled']
     for r in rows:
         assert abs(r['predicted_ratio'] - 0.7) <= 0.01

@@ -8,9 +8,10 @@ import pytest
 import torch
 import torch.nn as nn
 
-from mmdcs.analysis.latency_table import (WallTimer, _units, build_table, default_clock,
-                                          extra_modules, load_table, pruned_copy, random_widths,
-                                          timed_modules, validate, width_grid)
+from mmdcs.analysis.latency import Meter
+from mmdcs.analysis.latency_table import (_units, build_table, default_clock, extra_modules,
+                                          load_table, pruned_copy, random_widths, timed_modules,
+                                          validate, width_grid)
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.models.backbones.mobilevit import MobileViT
 from mmdcs.models.backbones.vit import ViT, Block
@@ -52,22 +53,79 @@ def _vit(select_hidden=True):
 
 
 def test_width_grid():
-    assert width_grid(384) == [8, 16, 24, 32, 48, 72, 104, 152, 224, 336, 384]
-    assert width_grid(96) == [8, 16, 24, 32, 48, 72, 96]
+    # one group below the full width too: the step when a block's first group goes
+    assert width_grid(384) == [8, 16, 24, 32, 48, 72, 104, 152, 224, 336, 376, 384]
+    assert width_grid(96) == [8, 16, 24, 32, 48, 72, 88, 96]
+    assert width_grid(100) == [8, 16, 24, 32, 48, 72, 96, 100]
     assert width_grid(6) == [6]
     g = width_grid(1536)
-    assert g[-1] == 1536 and all(w % 8 == 0 for w in g) and g == sorted(set(g))
+    assert g[-1] == 1536 and g[-2] == 1528 and all(w % 8 == 0 for w in g) and g == sorted(set(g))
+
+
+STEP = 1.0  # ms: the gather / scatter of a pruned MLP that keeps fewer than all its channels
+
+
+def stepped_ms(module: nn.Module) -> float:
+    """synthetic_ms with a step: a block whose MLP lost a channel pays the gather / scatter
+    (a full-width MLP has none), and the time is not linear in the width above 96 (a kink)."""
+    total = synthetic_ms(module)
+    for m in module.modules():
+        if isinstance(m, PrunedMLP):
+            total += (0. if m.full else STEP) + 0.01 * max(0, m.kept - 96)
+    return total
+
+
+def test_the_table_sees_the_step_and_where_time_is_not_linear():
+    """One group below the full width is measured (the step of the gather / scatter is in the
+    table: removing the first group costs time), and where the time bends between two grid
+    points the segments around the bend are measured at their middles (refine)."""
+    sup, base = _vit(select_hidden=False)
+    table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=16,
+                        meter=lambda f, m: stepped_ms(m) / 1e3)
+    u = table['units'][0]
+    assert u['grid_channels'][-2:] == [176, 192]
+    assert {80, 112} <= set(u['grid_channels'])  # around the kink at 96 (64 ... 144)
+    for d, t in zip(u['grid_channels'], u['ms']):
+        want = A0 + f_mlp(d, 768) + (0. if d == 192 else STEP) + 0.01 * max(0, d - 96)
+        assert_close_scaled(t, want, 1e-9)
+    assert table['refine'] == 1 and len(u['spread']) == len(u['ms'])
+    cost = LatencyCost.from_table(table, sup)
+    first = (CHANNELS, u['path'])
+    # the first group of channels adds time (the step), the next ones save it
+    assert cost.marginal(first, {first: 192}) < 0 < cost.marginal(first, {first: 176})
+    flat = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=16, refine=0,
+                       meter=lambda f, m: stepped_ms(m) / 1e3)
+    assert not {80, 112} & set(flat['units'][0]['grid_channels'])
+
+
+def test_noisy_entries_are_measured_again():
+    """An entry whose rounds spread more than ``noisy`` is visited once more (and its spread
+    recorded); without ``noisy`` it is not."""
+    sup, base = _vit(select_hidden=False)
+    calls = {}
+
+    def meter(fn, module):  # every MLP at 96 channels: rounds alternately 1x and 1.5x
+        if isinstance(module, Block) and module.mlp.kept == 96:
+            calls[id(module)] = calls.get(id(module), 0) + 1
+            return synthetic_ms(module) * (1.5 if calls[id(module)] % 2 else 1.) / 1e3
+        return synthetic_ms(module) / 1e3
+    quiet = build_table(sup, base, (32, 32), rounds=2, warmup=0, multiple_of=96, noisy=None,
+                        meter=meter)
+    noisy = build_table(sup, base, (32, 32), rounds=2, warmup=0, multiple_of=96, meter=meter)
+    assert noisy['grid_points'] == quiet['grid_points'] + 1
+    u = noisy['units'][0]
+    assert u['grid_channels'] == [96, 192] and u['spread'][0] > 0.05 and u['spread'][1] == 0
 
 
 def test_clock_choice():
     assert default_clock('cpu', 1) == 'thread'  # one thread: the calling thread's CPU time
     assert default_clock('cpu', 2) == 'wall' and default_clock('cpu', None) == 'wall'
     with pytest.raises(ValueError, match='clock'):
-        WallTimer(clock='cycles')
+        Meter(['cycles'])
     calls = []
     for clock in ('wall', 'thread'):
-        t = WallTimer(min_time=0., clock=clock)(lambda: calls.append(1), nn.Identity())
-        assert t >= 0.
+        t = Meter([clock], min_time=0.)(lambda: calls.append(1), nn.Identity())
+        assert t[clock] >= 0.
     assert len(calls) == 2  # min_time 0: one call each
 
 
@@ -75,7 +133,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
     sup, base = _vit()
     lines = []
     table = build_table(sup, base, (32, 32), threads=1, rounds=3, warmup=0, multiple_of=32,
-                        timer=synthetic_timer, progress=lines.append)
+                        meter=synthetic_timer, progress=lines.append)
     assert lines and 'grid point' in lines[-1]
     assert table['baseline_ms'] == B and table['arch'] == 'deit-tiny'
     assert table['clock'] == 'injected'
@@ -106,7 +164,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
     assert again == json.loads(json.dumps(table))
     assert LatencyCost(again).count({}) == cost.count({})
     # validation with the same timer: the measured ratio is the synthetic one
-    v = validate(table, sup, base, k=3, rounds=2, warmup=0, timer=synthetic_timer)
+    v = validate(table, sup, base, k=3, rounds=2, warmup=0, meter=synthetic_timer)
     assert v['k'] == 3 and len(v['rows']) == 3
     for r in v['rows']:
         assert_close_scaled(r['measured_ratio'], r['predicted_ratio'], 1e-9)
@@ -116,7 +174,7 @@ def test_builder_records_the_exact_synthetic_unit_costs(tmp_path):
 def test_channel_only_units_are_curves():
     sup, base = _vit(select_hidden=False)
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=64,
-                        timer=synthetic_timer)
+                        meter=synthetic_timer)
     u = table['units'][0]
     assert u['hidden'] is None and u['grid_hidden'] is None
     assert u['grid_channels'] == [64, 128, 192]
@@ -139,7 +197,7 @@ def test_mobilevit_projection_is_charged_to_the_last_layer():
 def _table_file(tmp_path):
     sup, base = _vit(select_hidden=False)
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=96,
-                        timer=synthetic_timer)
+                        meter=synthetic_timer)
     path = tmp_path / 'table.json'
     text = json.dumps(table)
     path.write_text(text)
@@ -183,7 +241,7 @@ def test_the_export_greedy_meets_a_predicted_latency_budget():
     predicted latency target."""
     sup, base = _vit()
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=32,
-                        timer=synthetic_timer)
+                        meter=synthetic_timer)
     cost = LatencyCost.from_table(table, sup)
     for target in (0.8, 0.6):
         spec = budget_subnet(sup, 'vit', 'deit-tiny', 'kcr', magnitude_scores(sup), cost,

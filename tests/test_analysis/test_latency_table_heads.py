@@ -74,7 +74,7 @@ def test_the_block_around_an_attention_is_timed_whole_minus_it():
 def test_builder_records_head_units_and_the_exact_synthetic_costs():
     sup, base = _vit()
     table = build_table(sup, base, (32, 32), rounds=2, warmup=0, multiple_of=64,
-                        timer=heads_timer)
+                        meter=heads_timer)
     assert table['format'] == 'mmdcs.latency_table/2'
     assert table['selection']['select_heads'] is True
     assert table['baseline_ms'] == BH
@@ -101,7 +101,7 @@ def test_builder_records_head_units_and_the_exact_synthetic_costs():
         widths = random_widths(cost, rng, 8)
         net = pruned_copy(sup, widths, torch.device('cpu'), torch.float32)
         assert_close_scaled(cost.count(widths), heads_ms(net), 1e-9)
-    v = validate(table, sup, base, k=4, rounds=1, warmup=0, timer=heads_timer)
+    v = validate(table, sup, base, k=4, rounds=1, warmup=0, meter=heads_timer)
     assert v['mean_abs_error'] < 1e-9
     assert any(r['kept_heads'] < 36 for r in v['rows'])  # heads were varied
 
@@ -116,7 +116,7 @@ def test_the_export_ranks_heads_on_a_predicted_latency_budget(target):
     are head 0s."""
     sup, base = _vit()
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=64,
-                        timer=heads_timer)
+                        meter=heads_timer)
     cost = LatencyCost.from_table(table, sup)
     torch.manual_seed(0)
     heads = head_magnitude_scores(sup)
@@ -224,11 +224,11 @@ def test_rotated_pooled_grid_spreads_the_error_a_grid_point_shares(monkeypatch):
     monkeypatch.setattr(lt, 'pruned_copy', tagged)
     clean = LatencyCost.from_table(build_table(sup, base, (32, 32), rounds=1, warmup=0,
                                                multiple_of=8,
-                                               timer=lambda f, m: synthetic_ms(m) / 1e3), sup)
+                                               meter=lambda f, m: synthetic_ms(m) / 1e3), sup)
     worst = {}
     for rotate, pool in ((False, False), (True, True)):
         table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=8,
-                            timer=timer, rotate=rotate, pool=pool)
+                            meter=timer, rotate=rotate, pool=pool, refine=0)
         assert table['grid_order'] == ('rotated' if rotate else 'aligned')
         assert all(u.get('pooled') == (12 if pool else None) for u in table['units'])
         cost = LatencyCost.from_table(table, sup)
@@ -250,12 +250,12 @@ def test_pooled_signatures():
     sup = ViT('deit-tiny', variant='kcr', img_size=32, drop_path_rate=0.1).eval()
     base = ViT('deit-tiny', variant='baseline', img_size=32).eval()
     table = build_table(sup, base, (32, 32), rounds=1, warmup=0, multiple_of=96,
-                        timer=lambda f, m: synthetic_ms(m) / 1e3)
+                        meter=lambda f, m: synthetic_ms(m) / 1e3)
     assert all(u['pooled'] == 12 for u in table['units'])
     mv = MobileViT('mobilevit-xs', variant='dcs', select_hidden='all').eval()
     table = build_table(mv, MobileViT('mobilevit-xs', variant='baseline').eval(), (64, 64),
                         rounds=1, warmup=0, multiple_of=64,
-                        timer=lambda f, m: synthetic_ms(m) / 1e3)
+                        meter=lambda f, m: synthetic_ms(m) / 1e3)
     pooled = {u['path']: u.get('pooled') for u in table['units']}
     assert pooled['stages.3.1.transformer.0.mlp'] == 3  # layers 0-2 of a stage of 4
     assert pooled['stages.3.1.transformer.3.mlp'] is None  # feeds conv_proj

@@ -1,10 +1,12 @@
-"""A model at a latency target (mmdcs.analysis.latency_target) with synthetic timers (no timing
-assertions): the table built with a synthetic timer, the budget subnet it predicts within ±1 % of
-the target, the measured column taken from the injected timer, the FLOPs and params ratios those
-of the built subnet; a table given is used (not rebuilt) and one of another supernet refused."""
+"""A model at a latency target (mmdcs.analysis.latency_target) with synthetic meters (no timing
+assertions): the table built with a synthetic meter, the budget subnet it predicts within ±1 % of
+the target, the measured columns taken from the injected meter (both clocks), the FLOPs and
+params ratios those of the built subnet; a table given is used (not rebuilt) and one of another
+supernet refused."""
 import pytest
 
 from mmdcs.analysis.complexity import build_backbone, count_flops, count_params
+from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.analysis.latency_target import format_latency_target, latency_target_row
 from mmdcs.selection import SubnetSpec
 from mmdcs.selection.latency_cost import LatencyTableError
@@ -14,15 +16,14 @@ from test_latency_table import synthetic_ms, synthetic_timer  # noqa: E402
 SIZE = (32, 32)
 
 
-def fake_time_models(models, inputs, warmup=3, repeats=10, threads=None, **kw):
-    """time_models' signature; ms per call = the synthetic model of the table's timer, doubled
-    for the pruned one's so that the measured ratio is not the predicted one."""
-    calls.append(dict(batch=inputs.shape[0], repeats=repeats, threads=threads))
-    out = {}
-    for name, m in models.items():
-        ms = synthetic_ms(m) * (2. if name == 'pruned' else 1.)
-        out[name] = dict(median_ms=ms, ms_per_image=ms / inputs.shape[0], threads=threads)
-    return out
+def fake_meter(fn, module):
+    """A synthetic meter of both clocks: the table's clock (the thread's CPU time) reads the
+    synthetic model of the table's meter, the wall clock twice that for the pruned network, so
+    that the two measured ratios differ."""
+    calls.append(module)
+    s = synthetic_timer(fn, module)
+    pruned = not (isinstance(module, SelectableBackbone) and module.variant == 'baseline')
+    return dict(thread=s, wall=s * (2. if pruned else 1.))
 
 
 calls = []
@@ -32,8 +33,8 @@ calls = []
 def table():
     """deit-tiny KCR with hidden units at 32x32, batch 2, measured with the synthetic timer."""
     row = latency_target_row('deit-tiny', 0.7, batch=2, threads=1, input_size=SIZE,
-                             select_hidden=True, table_rounds=1, table_timer=synthetic_timer,
-                             repeats=1, warmup=0, timer=fake_time_models)
+                             select_hidden=True, table_rounds=1, table_meter=synthetic_timer,
+                             repeats=1, warmup=0, meter=fake_meter)
     assert row['table_built'] and row['table']['batch'] == 2
     return row['table']
 
@@ -43,21 +44,21 @@ def test_row_fields_are_consistent(target, table):
     calls.clear()
     row = latency_target_row('deit-tiny', target, batch=2, threads=1, input_size=SIZE,
                              select_hidden=True, table=table, repeats=3, warmup=0,
-                             timer=fake_time_models, clock_timer=synthetic_timer)
+                             meter=fake_meter)
     # predicted within ±1 % (of the baseline) of the target, in groups of 8
     assert abs(row['predicted_ratio'] - target) <= 0.01
     assert not row['table_built']
     spec = SubnetSpec.coerce(row['spec'])
     assert spec.meta['budget']['resource'] == 'latency' and spec.hidden  # hidden units ranked
     assert all(b.kept % 8 == 0 or b.kept == b.dim for b in spec.blocks)
-    # the measured column is the timer's: the pruned backbone's synthetic ms (x2) over the
-    # baseline's, timed once at the batch and threads asked for
+    # the measured column is the meter's wall clock: the pruned backbone's synthetic ms (x2)
+    # over the baseline's, timed once (3 rounds of both) at the batch and threads asked for
     pruned = build_backbone('deit-tiny', spec.variant, spec, SIZE).eval()
     base = build_backbone('deit-tiny', 'baseline', None, SIZE).eval()
-    assert calls == [dict(batch=2, repeats=3, threads=1)]
+    assert len(calls) == 2 * 3 and (row['batch'], row['rounds'], row['threads']) == (2, 3, 1)
     assert_close_scaled(row['measured_ratio'], 2 * synthetic_ms(pruned) / synthetic_ms(base))
     assert_close_scaled(row['baseline_ms'], synthetic_ms(base))
-    # the table's clock (the synthetic timer here): the synthetic ratio itself
+    # the table's clock (the synthetic meter's thread clock): the synthetic ratio itself
     assert_close_scaled(row['measured_ratio_clock'], synthetic_ms(pruned) / synthetic_ms(base))
     # the synthetic table's prediction is the synthetic model of the built subnet
     assert_close_scaled(row['predicted_ratio'], synthetic_ms(pruned) / synthetic_ms(base),
@@ -74,18 +75,18 @@ def test_a_given_table_is_used_and_another_supernets_refused(table):
     def no_build(*a, **k):
         raise AssertionError('the table given must be used')
     row = latency_target_row('deit-tiny', 0.7, batch=2, input_size=SIZE, select_hidden=True,
-                             table=table, table_timer=no_build, repeats=1, warmup=0,
-                             timer=fake_time_models)
+                             table=table, table_meter=no_build, repeats=1, warmup=0,
+                             meter=fake_meter)
     assert not row['table_built'] and row['table'] is table
     with pytest.raises(LatencyTableError):  # the table is for select_hidden=True
         latency_target_row('deit-tiny', 0.7, input_size=SIZE, table=table, repeats=1,
-                           warmup=0, timer=fake_time_models)
+                           warmup=0, meter=fake_meter)
 
 
 def test_validate_reports_the_predictors_error_on_random_subnets(table):
     """``validate=K``: K random subnets of the table's supernet timed beside the baseline (the
-    injected timer), the predicted ratio against the measured one; the row carries the mean
-    and largest absolute error and the table shows them. A timer that makes every subnet 10 %
+    injected meter), the predicted ratio against the measured one; the row carries the mean
+    and largest absolute error and the table shows them. A meter that makes every subnet 10 %
     slower than the table says moves each measured ratio by 10 % and the error with it."""
     from mmdcs.models.backbones.base import SelectableBackbone
 
@@ -97,8 +98,8 @@ def test_validate_reports_the_predictors_error_on_random_subnets(table):
     for name, t in (('exact', synthetic_timer), ('skewed', skewed)):
         rows[name] = latency_target_row(
             'deit-tiny', 0.7, batch=2, threads=1, input_size=SIZE, select_hidden=True,
-            table=table, repeats=1, warmup=0, timer=fake_time_models, validate=4,
-            validate_rounds=1, validate_timer=t)
+            table=table, repeats=1, warmup=0, meter=fake_meter, validate=4,
+            validate_rounds=1, validate_meter=t)
     for row in rows.values():
         v = row['validation']
         assert v['k'] == 4 and len(v['rows']) == 4
@@ -117,7 +118,7 @@ def test_validate_reports_the_predictors_error_on_random_subnets(table):
     # not validated: no column
     plain = latency_target_row('deit-tiny', 0.7, batch=2, threads=1, input_size=SIZE,
                                select_hidden=True, table=table, repeats=1, warmup=0,
-                               timer=fake_time_models)
+                               meter=fake_meter)
     assert 'predictor_error' not in plain
     assert 'predictor error' not in format_latency_target([plain])
 
@@ -134,7 +135,7 @@ def test_refine_corrects_a_table_that_under_predicts_the_exported_subnet(table):
         return synthetic_timer(fn, module) * (1. if base else 1.15)
 
     kw = dict(batch=2, threads=1, input_size=SIZE, select_hidden=True, table=table, repeats=1,
-              warmup=0, timer=fake_time_models, clock_timer=slow_subnets)
+              warmup=0, meter=slow_subnets)
     plain = latency_target_row('deit-tiny', 0.7, **kw)
     assert len(plain['refine_steps']) == 1 and plain['asked_ratio'] == 0.7
     assert plain['measured_ratio_clock'] - 0.7 > 0.08  # 1.15 × ~0.7

@@ -1,6 +1,6 @@
 """Side by side with Torch-Pruning (mmdcs.analysis.peer_benchmark), no assertion on any time:
 the FLOPs-matching loop on a fake pruner and counter (widths rounded to 8, whole heads) ends
-within ±1 % or says why not; the interleaved timer reads injected clocks; and, where
+within ±1 % or says why not; the harness reads injected clocks; and, where
 torch-pruning and timm are installed, a real DeiT-Tiny run at 32×32 whose rows have the
 structure promised (the peer's FLOPs within 1 % of mmdcs's, widths in groups of 8, a head
 left in every attention)."""
@@ -13,8 +13,9 @@ import torch.nn as nn
 
 import mmdcs.analysis.peer_benchmark as pb
 from mmdcs.analysis.complexity import build_backbone, count_flops, flops_budget_subnet
+from mmdcs.analysis.latency import Meter
 from mmdcs.analysis.peer_benchmark import (format_peer_benchmark, match_flops, match_ratio,
-                                           time_interleaved)
+                                           time_all)
 from mmdcs.models.backbones.base import backbone_class
 
 
@@ -110,14 +111,14 @@ class Ticker(nn.Module):
         return x
 
 
-def test_time_interleaved_reads_every_clock_around_the_same_call():
+def test_time_all_reads_every_clock_around_the_same_call():
     clock, order = [0.], []
     models = {n: Ticker(n, c, clock, order) for n, c in (('a', 2e-3), ('b', 5e-3), ('c', 1e-3))}
     def slow_clock():  # a second clock at half the rate
         return clock[0] / 2
 
-    out = time_interleaved(models, torch.zeros(1), rounds=4, warmup=1, threads=1,
-                           clocks=dict(wall=lambda: clock[0], thread=slow_clock))
+    out = time_all(models, torch.zeros(1), rounds=4, warmup=1, threads=1,
+                   meter=Meter(dict(wall=lambda: clock[0], thread=slow_clock)))
     assert out['a']['wall'] == pytest.approx(2.) and out['b']['wall'] == pytest.approx(5.)
     assert out['c']['thread'] == pytest.approx(0.5)
     # warm-up once each, then every round rotated by one
@@ -128,7 +129,8 @@ def test_format_peer_benchmark():
     row = dict(model='vit-s16', method='Torch-Pruning hidden', flops_ratio=0.7, params_ratio=0.69,
                latency_ratio=0.71, latency_ratio_thread=None, baseline_ms=60., pruned_ms=42.6)
     text = format_peer_benchmark([row])
-    assert '| vit-s16 | Torch-Pruning hidden | 0.700 | 0.690 | 0.710 | — | 60.00 | 42.60 |' in text
+    assert '| vit-s16 | 1 | Torch-Pruning hidden | 0.700 | 0.690 | 0.710 | — | 60.00 | 42.60 |' \
+        in text
 
 
 needs_peer = pytest.mark.skipif(
@@ -158,7 +160,7 @@ def test_a_real_tiny_run_has_the_promised_structure(monkeypatch):
 
     lines = []
     out = pb.peer_benchmark('deit-tiny', 0.7, input_size=SIZE, repeats=2, warmup=0,
-                            clocks=dict(wall=clock, thread=clock), progress=lines.append)
+                            meter=Meter(dict(wall=clock, thread=clock)), progress=lines.append)
     ours, own_hidden, hidden, heads = out['rows']
     pruned = build_backbone('deit-tiny', spec.variant, spec, SIZE).eval()
     base = build_backbone('deit-tiny', 'baseline', None, SIZE).eval()
@@ -176,8 +178,9 @@ def test_a_real_tiny_run_has_the_promised_structure(monkeypatch):
     assert hidden['match'] and heads['match'] and own_hidden['match'] is None
     assert hidden['heads_ratio'] is None and heads['heads_ratio'] is not None
     assert not out['skipped'] and out['table_built'] is False
-    assert set(out['timings']) == {'mmdcs baseline', 'mmdcs', 'mmdcs hidden only', 'timm baseline',
-                                   'Torch-Pruning hidden', 'Torch-Pruning hidden+heads'}
+    assert set(out['timings']['torch']) == {'mmdcs baseline', 'mmdcs', 'mmdcs hidden only',
+                                            'timm baseline', 'Torch-Pruning hidden',
+                                            'Torch-Pruning hidden+heads'}
     # the peer's widths: hidden units in groups of 8, the residual width untouched, a head left
     tmodel, _ = pb.timm_model('deit-tiny', SIZE)
     x = torch.randn(1, 3, *SIZE)
@@ -196,3 +199,38 @@ def test_hidden_unit_layers_are_the_mlps_first_layers():
     tmodel, _ = pb.timm_model('deit-tiny', SIZE)
     layers = pb.hidden_unit_layers(tmodel, torch.randn(1, 3, *SIZE))
     assert set(layers) == {blk.mlp.fc1 for blk in tmodel.blocks}
+
+
+class Widths(nn.Module):
+    """A stand-in for a timm model: ``forward_features`` through a hidden layer of ``hidden``
+    units (what the peer prunes)."""
+
+    def __init__(self, hidden=256):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, hidden), nn.Linear(hidden, 16)
+
+    def forward_features(self, x):
+        return self.fc2(self.fc1(x))
+
+
+def test_the_peer_is_bisected_to_a_measured_latency():
+    """match_latency: the peer's pruning ratio bisected until its network measures the target
+    latency ratio against the baseline, as the harness times it (a synthetic meter here: a
+    network's time is 1 ms + its parameter count); the ratio found measures within the
+    tolerance, every try recorded, each a measurement of the baseline and the pruned network."""
+    calls = []
+
+    def meter(fn, module):
+        calls.append(module)
+        return (1e3 + sum(p.numel() for p in module.parameters())) / 1e6
+
+    def prune(r):
+        return Widths(max(1, int(256 * (1 - r))))
+
+    base = pb.TimmFeatures(Widths())
+    m = pb.match_latency(Widths(), torch.zeros(1, 16), 0.6, 0.01, 'torch', prune, rounds=1,
+                         warmup=0, threads=1, meter=meter)
+    assert m.converged and abs(m.value - 0.6) <= 0.01 * 0.6 and len(m.evaluations) >= 2
+    net = pb.TimmFeatures(prune(m.ratio))
+    assert meter(None, net) / meter(None, base) == pytest.approx(m.value)
+    assert len(calls) == 2 * len(m.evaluations) + 2  # each try: the baseline and the peer

@@ -1,7 +1,7 @@
 """The method comparison at equal latency (``compare_methods.py --resource latency``) and the
 α-lr ablation (``--arch-lr``): no training and no timing. The latency tables are built with a
-synthetic timer (a module's time is its parameter count), the export's measurement is a
-synthetic ``time_models``, and the training runs are a stub that builds the config's model with
+synthetic meter (a module's time is its parameter count), the export's measurement a synthetic
+meter too, and the training runs are a stub that builds the config's model with
 the run's --cfg-options (so the search's latency target, its table and the retraining of a subnet
 with pruned hidden units are checked by building them) and saves its initial weights; the
 exports are the real ones (:func:`mmdcs.apis.export.export_subnet`)."""
@@ -32,17 +32,16 @@ def synthetic_timer(fn, module):
     return _ms(module) / 1e3  # seconds per call
 
 
-def synthetic_time_models(models, x, warmup=0, repeats=1, threads=None):
-    """time_models' signature and result keys, the times synthetic."""
-    return {n: dict(median_ms=BASE_MS + _ms(m), threads=threads, device='cpu')
-            for n, m in models.items()}
+def synthetic_meter(fn, module):
+    """The export's measurement, synthetic: seconds per call of a backbone."""
+    return (BASE_MS + _ms(module)) / 1e3
 
 
 def _builder(calls):
     def builder(sup, base, size):
         calls.append(sup.variant)
         return build_table(sup, base, size, threads=1, rounds=1, warmup=0, multiple_of=8,
-                           timer=synthetic_timer)
+                           meter=synthetic_timer)
     return builder
 
 
@@ -92,7 +91,7 @@ def test_latency_comparison_rows_and_resume(tmp_path):
     calls, lines = [], []
     tables = _tables(osp.join(out, 'tables'), calls, lines)
     runner = StubRunner(osp.join(out, 'runs'), 'data/digits', 1, 0, 'scratch', tables=tables,
-                        measure_options=dict(timer=synthetic_time_models), arch_lr=0.05)
+                        measure_options=dict(meter=synthetic_meter), arch_lr=0.05)
     methods = ['dcs', 'kcr', 'magnitude', 'uniform', 'random']
     rows = compare(['deit-tiny'], methods, [0.9], [0], out, 1, 0, resource='latency',
                    run_one=runner, log=lines.append, arch_lr=0.05, tables=tables)
@@ -151,7 +150,7 @@ def test_latency_comparison_rows_and_resume(tmp_path):
     calls2, lines2 = [], []
     runner2 = StubRunner(osp.join(out, 'runs'), 'data/digits', 1, 0, 'scratch',
                          tables=_tables(osp.join(out, 'tables'), calls2),
-                         measure_options=dict(timer=synthetic_time_models), arch_lr=0.05)
+                         measure_options=dict(meter=synthetic_meter), arch_lr=0.05)
     again = compare(['deit-tiny'], methods, [0.9], [0], out, 1, 0, resource='latency',
                     run_one=runner2, log=lines2.append, arch_lr=0.05,
                     tables=runner2.tables)

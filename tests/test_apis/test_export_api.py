@@ -145,32 +145,79 @@ def test_a_cost_passed_in_is_the_one_the_budget_uses(supernet, tmp_path):
 
 def test_measure_times_pruned_against_baseline_with_an_injected_timer(supernet, tmp_path):
     """measure=True times the exported model against the baseline network interleaved (here a
-    synthetic timer: milliseconds = parameters / 1e6) and records medians and their ratio in
+    synthetic meter: milliseconds = parameters / 1e6) and records medians and their ratio in
     the result and in subnet.json."""
     from mmdcs.analysis.complexity import count_params
     from mmdcs.apis.export import export_subnet
-    calls = {}
+    calls = []
 
-    def timer(models, inputs, warmup=3, repeats=10, threads=None, **kw):
-        calls.update(names=sorted(models), shape=tuple(inputs.shape), repeats=repeats,
-                     threads=threads)
-        calls['params'] = {n: count_params(m) for n, m in models.items()}
-        calls['types'] = {n: type(m).__name__ for n, m in models.items()}
-        return {n: dict(median_ms=count_params(m) / 1e6, threads=threads, device='cpu')
-                for n, m in models.items()}
+    def meter(fn, module):
+        calls.append(module)
+        return count_params(module) / 1e9  # seconds per call
 
     out = str(tmp_path / 'out')
     res = export_subnet(supernet['config'], supernet['ckpt'], out, target=('params', 0.75),
-                        measure=True, measure_options=dict(timer=timer, repeats=5))
-    params, types = calls.pop('params'), calls.pop('types')
-    assert calls == dict(names=['baseline', 'pruned'], shape=(1, 3, 32, 32), repeats=5,
-                         threads=1)
+                        measure=True, measure_options=dict(meter=meter, repeats=5))
+    # 5 interleaved rounds of the baseline and the pruned network, after 3 untimed calls
+    params = sorted({count_params(m) for m in calls})
+    assert len(calls) == 2 * 5 and len(params) == 2
     # backbones are timed, as a latency table times them: the baseline's and the pruned one's
-    assert types == dict(baseline='ViT', pruned='ViT')
-    assert params['pruned'] == res.rows[1][1]
-    assert res.latency['ratio'] == pytest.approx(params['pruned'] / params['baseline'])
+    assert {type(m).__name__ for m in calls} == {'ViT'}
+    assert params[0] == res.rows[1][1]
+    assert res.latency['ratio'] == pytest.approx(params[0] / params[1])
     assert res.latency['ratio'] < 1
+    t = res.latency
+    assert (t['rounds'], t['threads'], t['batch'], t['runtime']['name']) == (5, 1, 1, 'torch')
     with open(osp.join(out, 'subnet.json')) as f:
         saved = json.load(f)['meta']['budget']['measured']['latency']
     assert saved['ratio'] == pytest.approx(res.latency['ratio'])
     assert any('latency, measured' in line for line in res.lines)
+
+
+def test_a_third_resource_registered_by_a_test_is_exported_to(supernet, tmp_path, monkeypatch,
+                                                              capsys):
+    """A resource is one builder and one register_resource call: 'memory' (the bytes of the
+    weights in fp32, an exact count) registered here is a target of the export API and of the
+    tool (--target-memory), ranked, counted on the built model, checked and recorded like
+    FLOPs and parameters, with nothing else told about it."""
+    import dataclasses
+
+    from mmdcs.analysis.complexity import calibrate_cost, count_params
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.selection import budget as budget_mod
+
+    def memory(model, input_size=None):
+        c = calibrate_cost(model, 'params', input_size)
+        return dataclasses.replace(
+            c, resource='memory', baseline=4 * c.baseline, const=4 * c.const,
+            coef={k: 4 * v for k, v in c.coef.items()},
+            pair={k: 4 * v for k, v in c.pair.items()},
+            hidden_coef={k: 4 * v for k, v in c.hidden_coef.items()},
+            head_coef={k: 4 * v for k, v in c.head_coef.items()},
+            counter=lambda m: 4 * count_params(m))
+
+    monkeypatch.setattr(budget_mod, '_RESOURCES', dict(budget_mod._RESOURCES))
+    monkeypatch.setattr(budget_mod, '_COUNTED', list(budget_mod._COUNTED))
+    budget_mod.register_resource('memory', memory, help='bytes of the fp32 weights')
+    res = export_subnet(supernet['config'], supernet['ckpt'], str(tmp_path / 'api'),
+                        target=('memory', 0.7), verify=False)
+    b = res.budget
+    assert b['resource'] == 'memory' and abs(b['achieved_ratio'] - 0.7) <= 0.01
+    # counted on the built model beside the exact counts every export reports
+    assert set(b['measured']) == {'flops', 'params', 'memory'}
+    assert b['measured']['memory']['pruned'] == 4 * b['measured']['params']['pruned']
+    assert b['measured']['memory']['ratio'] == pytest.approx(b['achieved_ratio'], rel=1e-9)
+    assert any('budget (alpha): memory target 0.7' in line for line in res.lines)
+    # the tool offers it: --target-memory, the same export
+    out = str(tmp_path / 'tool')
+    tool = load_tool('tools/export_subnet.py')
+    tool.main([supernet['config'], supernet['ckpt'], '--out', out, '--target-memory', '0.7',
+               '--no-verify'])
+    with open(osp.join(out, 'subnet.json')) as f:
+        spec = json.load(f)
+    assert spec['meta']['budget']['resource'] == 'memory'
+    assert [blk['kept'] for blk in spec['blocks']] == [blk.kept for blk in res.spec.blocks]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        tool.parse_args(['--help'])
+    assert 'bytes of the fp32 weights' in ' '.join(capsys.readouterr().out.split())

@@ -229,3 +229,32 @@ def test_context_warning_names_both():
     assert any('threads = 1' in m and 'threads = 4' in m for m in msgs)
     assert any('batch = 1' in m and 'batch = 16' in m for m in msgs)
     assert not math.isnan(cost.floor)
+
+
+def test_the_step_of_the_first_channel_group_makes_the_ranking_prune_hidden_units_only():
+    """A block that keeps every channel has no gather / scatter: a table that measured one
+    group below the full width shows the step, and the joint ranking then keeps every channel
+    and meets the target with hidden units alone (the peer's network: Torch-Pruning's hidden
+    units); without the step in the table (time linear from full width) it prunes channels
+    too."""
+    from mmdcs.selection.budget import select_jointly
+    gd, gh = [8, 16, 24, 32, 40, 48], [8, 32, 64, 88, 96]
+
+    def table(step):
+        def f(d, h):
+            return 0.1 + 0.004 * d + 0.001 * h + 0.00003 * d * h + (step if d < 48 else 0.)
+        units = [dict(path=p, channels=48, hidden=96, grid_channels=gd, grid_hidden=gh,
+                      ms=[[f(x, y) for y in gh] for x in gd]) for p in ('b1', 'b2')]
+        return dict(synthetic_table(), units=units, const_ms=0.2, baseline_ms=2 * f(48, 96) + 0.2)
+
+    ones = {p: torch.ones(n) for p, n in (('b1', 48), ('b2', 48))}
+    hidden = {p: torch.ones(96) for p in ('b1', 'b2')}
+    for step, channels_kept in ((0.1, True), (0., False)):
+        cost = LatencyCost(table(step))
+        budget = cost.check_target(0.8, '--target-latency', 8)
+        keep, hidden_keep = select_jointly(ones, hidden, cost, budget, 8, 'mean')
+        assert all((len(k) == 48) == channels_kept for k in keep.values()), (step, keep)
+        assert any(len(h) < 96 for h in hidden_keep.values())
+        kept = cost.at({p: len(k) for p, k in keep.items()},
+                       {p: len(h) for p, h in hidden_keep.items()})
+        assert abs(cost.ratio(kept) - 0.8) <= 0.01

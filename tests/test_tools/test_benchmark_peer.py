@@ -87,9 +87,11 @@ def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, c
     printed = capsys.readouterr().out
     assert seen['arch'] == 'deit-tiny' and seen['target'] == 0.8
     assert seen['table'] == {'read': str(kept)} and seen['select_hidden'] == 'all'
-    assert seen['input_size'] == (32, 32) and seen['threads'] == 1
+    assert seen['input_size'] == (32, 32) and seen['threads'] == 1 and seen['batch'] == 1
+    assert seen['runtime'].name == 'torch' and seen['match'] == 'flops'
     assert seen['peers'] == ['hidden', 'hidden+heads'] and seen['round_to'] == 8
-    line = '| deit-tiny | Torch-Pruning hidden | 0.700 | 0.680 | 0.720 | 0.710 | 10.00 | 7.20 |'
+    line = ('| deit-tiny | 1 | Torch-Pruning hidden | 0.700 | 0.680 | 0.720 | 0.710 | 10.00 | '
+            '7.20 |')
     assert line in printed and line in out.read_text()
     assert 'deit-tiny: Torch-Pruning hidden+heads: a reason' in printed
     (saved, ) = json.loads(js.read_text())['results']

@@ -301,15 +301,15 @@ def test_a_count_the_built_model_does_not_confirm_writes_nothing(setup, tmp_path
                                                                 monkeypatch):
     """The export measures the built pruned model with mmengine; a budget count that it does
     not confirm (here a calibration made wrong on purpose) is refused, nothing written."""
-    import mmdcs.analysis.complexity as complexity
-    real = complexity.calibrate_cost
+    import mmdcs.models.counting as counting  # the calibration the budget resources use
+    real = counting.calibrate_cost
 
     def off_by_1000(model, resource='flops', input_size=None):
         cost = real(model, resource, input_size)
         cost.const += 1000.
         return cost
 
-    monkeypatch.setattr(complexity, 'calibrate_cost', off_by_1000)
+    monkeypatch.setattr(counting, 'calibrate_cost', off_by_1000)
     out = tmp_path / 'out'
     with pytest.raises(SystemExit) as e:
         _load_tool('tools/export_subnet.py').main(

@@ -116,30 +116,23 @@ def test_magnitude_meets_a_latency_budget_too(setup, tmp_path):
 
 def test_the_measurement_is_recorded_beside_the_prediction(setup, tmp_path):
     """measure=True with a latency target: the exported model timed against the baseline
-    (a synthetic timer here: time ∝ the model's FLOPs), both ratios in subnet.json; a table
+    (a synthetic meter here: time ∝ the model's FLOPs), both ratios in subnet.json; a table
     measured with another thread count than the measurement's is a warning naming both."""
-    from mmdcs.analysis.complexity import count_flops
     from mmdcs.apis.export import export_subnet
-
-    flops = {}
-
-    def timer(models, inputs, warmup=3, repeats=10, threads=None, **kw):
-        flops.update({n: count_flops(m, tuple(inputs.shape)) for n, m in models.items()})
-        return {n: dict(median_ms=flops[n] / 1e6, threads=threads, device='cpu')
-                for n in models}
 
     out = str(tmp_path / 'out')
     res = export_subnet(setup['dcs']['config'], setup['dcs']['ckpt'], out,
                         target=('latency', 0.7), cost_options=dict(latency_table=setup['table']),
                         multiple_of=8, measure=True,
-                        measure_options=dict(timer=timer, threads=2),
+                        measure_options=dict(meter=flops_meter(), threads=2),
                         latency_tolerance=None)  # FLOPs are not the table's time: a miss
     with open(osp.join(out, 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
     assert b['measured']['latency']['ratio'] == pytest.approx(res.latency['ratio'])
-    # the synthetic timer counts FLOPs: of the pruned backbone vs the baseline backbone
-    assert flops['pruned'] == res.rows[1][2]
-    assert res.latency['ratio'] == pytest.approx(flops['pruned'] / flops['baseline'])
+    # the synthetic meter counts FLOPs: of the pruned backbone vs the baseline backbone
+    base = flops_meter.seen['baseline']
+    assert flops_meter.seen['pruned'] == res.rows[1][2]
+    assert res.latency['ratio'] == pytest.approx(res.rows[1][2] / base)
     assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01)
     assert any('threads = 1' in w and 'threads = 2' in w for w in res.warnings), res.warnings
     # and measured on another machine than this one (the synthetic table's device name)
@@ -193,19 +186,25 @@ def test_bad_latency_input_is_one_line_and_nothing_written(setup, tmp_path, caps
     assert 'not found' in line
 
 
-def flops_timer(skew=1.0, seen=None):
-    """time_models' signature, no timing: a model's ms are its FLOPs / 1e6, the pruned one's
-    ``skew`` times that (a table that under-predicts the subnets for skew > 1)."""
-    from mmdcs.analysis.complexity import count_flops
+def flops_meter(skew=1.0):
+    """A synthetic meter (no timing): a backbone's seconds per call are its FLOPs at 32×32 /
+    1e9, a pruned one's ``skew`` times that (a table that under-predicts the subnets for
+    skew > 1); what it counted is kept in ``flops_meter.seen`` (baseline, pruned)."""
+    import weakref
 
-    def timer(models, inputs, warmup=3, repeats=10, threads=None, **kw):
-        if seen is not None:
-            seen.append(dict(repeats=repeats, threads=threads, batch=inputs.shape[0]))
-        return {n: dict(median_ms=count_flops(m, tuple(inputs.shape)) / 1e6
-                        * (skew if n == 'pruned' else 1.), threads=threads, device='cpu',
-                        clock='synthetic')
-                for n, m in models.items()}
-    return timer
+    from mmdcs.analysis.complexity import count_flops
+    counted = weakref.WeakKeyDictionary()
+
+    def meter(fn, module):
+        if module not in counted:
+            counted[module] = count_flops(module, (1, 3, 32, 32))
+        pruned = module.variant != 'baseline'
+        flops_meter.seen['pruned' if pruned else 'baseline'] = counted[module]
+        return counted[module] / 1e9 * (skew if pruned else 1.)
+    return meter
+
+
+flops_meter.seen = {}
 
 
 def _export(setup, out, **kw):
@@ -223,13 +222,13 @@ def test_measured_corrections_export_the_subnet_measured_closest(setup, tmp_path
     subnet.json keeps the target asked by the user, the request that gave the subnet and every
     try."""
     from mmdcs.selection import SubnetSpec
-    timer = flops_timer(1.25)
-    plain = _export(setup, tmp_path / 'plain', measure_options=dict(timer=timer), refine=0,
+    meter = flops_meter(1.25)
+    plain = _export(setup, tmp_path / 'plain', measure_options=dict(meter=meter), refine=0,
                     latency_tolerance=None)
     first = plain.latency['ratio']
     assert abs(first - 0.7) > 0.02  # a miss to correct
     assert 'refine' not in plain.budget and plain.budget['asked_ratio'] == 0.7
-    res = _export(setup, tmp_path / 'out', measure_options=dict(timer=timer), refine=3,
+    res = _export(setup, tmp_path / 'out', measure_options=dict(meter=meter), refine=3,
                   latency_tolerance=None)
     with open(osp.join(str(tmp_path / 'out'), 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
@@ -258,34 +257,39 @@ def test_a_measured_miss_beyond_the_tolerance_is_refused(setup, tmp_path):
     naming the target, the measured and predicted ratios and the remedies; nothing written.
     Within it, the same export is written."""
     from mmdcs.apis.launch import UserError
-    timer = flops_timer(1.25)
-    first = _export(setup, tmp_path / 'a', measure_options=dict(timer=timer), refine=0,
+    meter = flops_meter(1.25)
+    first = _export(setup, tmp_path / 'a', measure_options=dict(meter=meter), refine=0,
                     latency_tolerance=None).latency['ratio']
     miss = abs(first - 0.7)
     with pytest.raises(UserError) as e:
-        _export(setup, tmp_path / 'b', measure_options=dict(timer=timer), refine=0,
+        _export(setup, tmp_path / 'b', measure_options=dict(meter=meter), refine=0,
                 latency_tolerance=miss / 2)
     line = str(e.value)
     assert '\n' not in line and f'measured {first:.3f}' in line and '0.7' in line
     assert 'nothing written' in line and '--refine' in line and 'predicted' in line
     assert not (tmp_path / 'b').exists()
-    res = _export(setup, tmp_path / 'c', measure_options=dict(timer=timer), refine=0,
+    res = _export(setup, tmp_path / 'c', measure_options=dict(meter=meter), refine=0,
                   latency_tolerance=miss * 1.01)
     assert osp.exists(res.subnet) and osp.exists(res.checkpoint)
 
 
 def test_the_tool_corrects_and_refuses_by_its_options(setup, tmp_path, capsys, monkeypatch):
-    """tools/export_subnet.py: measured with the table's clock (a table measured with the
-    thread clock is timed with it: clock_timer), 2 corrections by default, --refine 0 and
-    --latency-tolerance reach the export; a miss is one line, exit 2, nothing written."""
-    import mmdcs.apis.export as api
-    clocks, seen = [], []
+    """tools/export_subnet.py: measured as the table says (a table measured with the thread
+    clock is timed with it, at its batch and threads, in its runtime), 2 corrections by
+    default, --refine 0 and --latency-tolerance reach the export; a miss is one line, exit 2,
+    nothing written."""
+    import mmdcs.analysis.latency as lat
+    clocks = []
 
-    def clock_timer(clock):
-        clocks.append(clock)
-        return flops_timer(1.25, seen)
-    monkeypatch.setattr(api, 'clock_timer', clock_timer)
-    from mmdcs.analysis.latency_table import device_name
+    class Meter:  # the harness's meter, replaced: records the clocks asked for
+        def __init__(self, names, **kw):
+            clocks.append(list(names))
+            self.meter = flops_meter(1.25)
+
+        def __call__(self, fn, module):
+            return self.meter(fn, module)
+    monkeypatch.setattr(lat, 'Meter', Meter)
+    from mmdcs.analysis.latency import device_name
     table = str(tmp_path / 'thread.json')  # measured here (no warning of another device)
     with open(table, 'w') as f:
         json.dump(dict(setup['table_dict'], clock='thread',
@@ -295,10 +299,12 @@ def test_the_tool_corrects_and_refuses_by_its_options(setup, tmp_path, capsys, m
     out = tmp_path / 'default'
     load_tool('tools/export_subnet.py').main(base + ['--out', str(out),
                                                      '--latency-tolerance', '1'])
-    assert clocks and set(clocks) == {'thread'} and seen[0] == dict(repeats=5, threads=1,
-                                                                    batch=1)
+    assert clocks and all(c[0] == 'thread' for c in clocks)  # the table's clock first
     with open(osp.join(str(out), 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
+    t = b['measured']['latency']
+    assert (t['rounds'], t['threads'], t['batch'], t['clock']) == (5, 1, 1, 'thread')
+    assert t['runtime']['name'] == 'torch'
     assert 2 <= len(b['refine']) <= 3  # the default --refine 2
     out = tmp_path / 'refused'
     code, err = run_main('tools/export_subnet.py', base + ['--out', str(out), '--refine', '0',
@@ -307,3 +313,64 @@ def test_the_tool_corrects_and_refuses_by_its_options(setup, tmp_path, capsys, m
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert 'outside ±0.001' in err and 'nothing written' in err
     assert not out.exists()
+    # a table of another runtime is refused in one line, before anything is measured
+    code, err = run_main('tools/export_subnet.py', base + ['--out', str(out), '--runtime',
+                                                         'onnxruntime'], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert 'torch runtime, not onnxruntime' in err and not out.exists()
+
+
+def test_measured_in_onnxruntime_the_onnx_file_is_written_and_recorded(setup, tmp_path):
+    """A table measured in onnxruntime: the export writes the pruned backbone's ONNX file (the
+    one timed, against the baseline's, here with a synthetic meter), records the runtime, its
+    version and session options in subnet.json, and the file runs in onnxruntime with the
+    pruned backbone's output."""
+    import onnxruntime as ort
+
+    from mmdcs.apis.export import export_subnet
+    from mmdcs.selection import SubnetSpec
+    table = str(tmp_path / 'ort.json')
+    with open(table, 'w') as f:
+        json.dump(dict(setup['table_dict'], runtime='onnxruntime'), f)
+    out = tmp_path / 'out'
+    res = export_subnet(setup['dcs']['config'], setup['dcs']['ckpt'], str(out),
+                        target=('latency', 0.7), cost_options=dict(latency_table=table),
+                        measure_options=dict(meter=flops_meter(), repeats=1, warmup=0),
+                        latency_tolerance=None)
+    with open(out / 'subnet.json') as f:
+        t = json.load(f)['meta']['budget']['measured']['latency']
+    assert t['file'] == 'pruned_backbone.onnx' and (out / t['file']).is_file()
+    assert t['runtime']['name'] == 'onnxruntime' and t['runtime']['version'] == ort.__version__
+    assert t['runtime']['options']['intra_op_num_threads'] == 1
+    assert t['runtime']['options']['inter_op_num_threads'] == 1
+    assert res.latency['ratio'] == pytest.approx(res.rows[1][2] / flops_meter.seen['baseline'])
+    # the file is the exported pruned backbone, with its weights: its output is PyTorch's
+    from mmengine.config import Config
+
+    from mmdcs.apis.subnet_io import build_model, with_subnet
+    spec = SubnetSpec.load(str(out / 'subnet.json'))
+    pruned = build_model(with_subnet(Config.fromfile(setup['dcs']['config']).model,
+                                     spec.to_dict()), 'mmpretrain').eval()
+    pruned.load_state_dict(torch.load(str(out / 'pruned.pth'))['state_dict'])
+    x = torch.randn(1, 3, 32, 32)
+    session = ort.InferenceSession(str(out / t['file']), providers=['CPUExecutionProvider'])
+    got = torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    with torch.no_grad():
+        want = pruned.backbone(x)[0]
+    assert_close_scaled(got, want, 1e-4)
+    assert any('pruned_backbone.onnx' in line for line in res.lines)
+
+
+def test_a_runtime_that_cannot_run_here_is_one_line():
+    """onnxruntime on a GPU where it has no CUDA provider, TensorRT without its provider, a
+    dtype it does not time: one ValueError line each (the tools print it, exit 2)."""
+    import onnxruntime as ort
+
+    from mmdcs.apis.ort_runtime import OrtRuntime, TensorRTRuntime
+    if 'CUDAExecutionProvider' not in ort.get_available_providers():
+        with pytest.raises(ValueError, match='no CUDAExecutionProvider'):
+            OrtRuntime(device='cuda')
+    with pytest.raises(ValueError, match='device must be one of cuda'):
+        TensorRTRuntime(device='cpu')
+    with pytest.raises(ValueError, match='fp32'):
+        OrtRuntime(dtype='fp16')

@@ -1,5 +1,5 @@
-"""tools/analysis/latency.py --select-heads (issue 24 item 5) with synthetic timers (the table
-builder's, the table clock's and the measurement's replaced; no assertion on any time): the
+"""tools/analysis/latency.py --select-heads (issue 24 item 5) with synthetic meters (the table
+builder's and the measurement's replaced; no assertion on any time): the
 supernet selects heads, its latency table has head units and a file name of its own, a kept
 table without head units is refused (not used, not overwritten), the subnet meets the budget
 within ±1 % and lists its kept heads, every row carries the kept heads; bad input is one line,
@@ -11,9 +11,9 @@ import pytest
 import torch.nn as nn
 
 import mmdcs.analysis.latency as latency
-import mmdcs.analysis.latency_table as latency_table
 import mmdcs.analysis.latency_target as latency_target
-from _tools import load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
+from _resource_costs import synthetic_meters  # noqa: E402 (tests/ is on sys.path)
+from _tools import load_tool, run_main  # noqa: E402
 from mmdcs.apis.latency_io import table_file_name
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.models.backbones.vit import ViT
@@ -44,28 +44,12 @@ def synthetic_ms(module: nn.Module) -> float:
     return total
 
 
-def synthetic_timer(fn, module):
-    return synthetic_ms(module) / 1e3
-
-
-def fake_time_models(models, inputs, warmup=3, repeats=10, number=1, threads=None, **kw):
-    """time_models' signature and fields; the synthetic ms (the pruned network's x1.1)."""
-    out = {}
-    for n, m in models.items():
-        ms = synthetic_ms(m) * (1. if n == 'baseline' else 1.1)
-        out[n] = dict(median_ms=ms, min_ms=ms, stdev_ms=0., ms_per_image=ms / inputs.shape[0],
-                      threads=threads)
-    return out
-
-
 @pytest.fixture
 def synthetic(monkeypatch):
-    """Every timing of the tool synthetic: the table's, the table clock's, the measurement's
-    (latency target) and latency_pair's (FLOPs target)."""
-    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
-    monkeypatch.setattr(latency_target, 'WallTimer', lambda **kw: synthetic_timer)
-    monkeypatch.setattr(latency_target, 'time_models', fake_time_models)
-    monkeypatch.setattr(latency, 'time_models', fake_time_models)
+    """Every timing of the tool synthetic (the harness's meters): the table's, and the
+    measurement's on both clocks (latency target: the pruned network's wall time x1.1) and
+    latency_pair's (FLOPs target)."""
+    return synthetic_meters(monkeypatch, synthetic_ms)
 
 
 def _one_line(code, err, match):
@@ -121,9 +105,7 @@ def test_latency_target_with_heads(synthetic, tmp_path, monkeypatch, capsys):
     assert saved['heads_kept'] == row['heads_kept'] and saved['heads_total'] == 36
 
     # read back on the next run (not measured again)
-    def no_timing(**kw):
-        raise AssertionError('the kept table must be read, not measured again')
-    monkeypatch.setattr(latency_table, 'WallTimer', no_timing)
+    synthetic_meters(monkeypatch, synthetic_ms, table=False)
     (again, ) = load_tool(TOOL).main(ARGS + ['--select-hidden', '--select-heads',
                                              '--target-latency', '0.8', '--tables',
                                              str(tables)])

@@ -1,13 +1,12 @@
-"""tools/analysis/latency.py --target-latency with synthetic timers (the table builder's and the
+"""tools/analysis/latency.py --target-latency with synthetic meters (the table builder's and the
 measurement's replaced; no assertion on any time): the table measured once and kept in --tables,
 read back on the next run; the printed row and the JSON agree; bad input is one line, exit 2."""
 import json
 
 import pytest
 
-import mmdcs.analysis.latency_table as latency_table
-import mmdcs.analysis.latency_target as latency_target
-from _tools import load_tool, run_main  # noqa: E402 (tests/ is on sys.path)
+from _resource_costs import synthetic_meters  # noqa: E402 (tests/ is on sys.path)
+from _tools import load_tool, run_main  # noqa: E402
 from mmdcs.models.backbones.base import SelectableBackbone
 from mmdcs.selection.mlp import PrunedMLP
 
@@ -28,19 +27,9 @@ def synthetic_ms(module):
     return total
 
 
-def synthetic_timer(fn, module):
-    return synthetic_ms(module) / 1e3
-
-
-def fake_time_models(models, inputs, warmup=3, repeats=10, threads=None, **kw):
-    return {n: dict(median_ms=synthetic_ms(m) * (1.1 if n == 'pruned' else 1.),
-                    threads=threads) for n, m in models.items()}
-
-
 @pytest.fixture
 def synthetic(monkeypatch):
-    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
-    monkeypatch.setattr(latency_target, 'time_models', fake_time_models)
+    return synthetic_meters(monkeypatch, synthetic_ms)
 
 
 def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
@@ -58,15 +47,13 @@ def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
     (saved, ) = json.loads((tmp_path / 'rows.json').read_text())['rows']
     assert saved['measured_ratio'] == row['measured_ratio'] and 'table' not in saved
 
-    def no_timing(**kw):
-        raise AssertionError('the kept table must be read, not measured again')
-    monkeypatch.setattr(latency_table, 'WallTimer', no_timing)
+    synthetic_meters(monkeypatch, synthetic_ms, table=False)
     (again, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.8', '--tables',
                                              str(tables)])
     assert not again['table_built'] and again['table_file'] == str(tables / name)
     assert abs(again['predicted_ratio'] - 0.8) <= 0.01
     # --validate: the predictor's error on random subnets, in the row, the table and the JSON
-    monkeypatch.setattr(latency_table, 'WallTimer', lambda **kw: synthetic_timer)
+    synthetic_meters(monkeypatch, synthetic_ms)
     (checked, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.8', '--tables',
                                                str(tables), '--validate', '2', '--json',
                                                str(tmp_path / 'checked.json')])
@@ -110,3 +97,33 @@ def test_a_corrupt_kept_table_is_one_line(synthetic, tmp_path, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and str(bad) in lines[0], err
     assert bad.read_text() == '{"arch": "deit-tiny", '  # not overwritten
+
+
+def test_two_table_builds_compared_by_their_subnets(synthetic, tmp_path, capsys):
+    """tools/analysis/latency_repro.py: the subnets two runs exported (their --json rows),
+    timed against the baseline in one run (synthetic meters), their FLOPs and latency ratios
+    and differences against --within; a file that is not such rows is one line."""
+    from mmdcs.analysis.complexity import backbone_class, random_subnet
+    cls = backbone_class('deit-tiny')
+    paths = []
+    for name, ratio in (('a', 0.5), ('b', 0.75)):
+        spec = random_subnet(cls, 'deit-tiny', 'kcr', ratio, 0, 8, img_size=32)
+        path = tmp_path / f'{name}.json'
+        path.write_text(json.dumps(dict(rows=[dict(model='deit-tiny', batch=1, input='32x32',
+                                                   spec=spec.to_dict())])))
+        paths.append(str(path))
+    (row, ) = load_tool('tools/analysis/latency_repro.py').main(
+        paths + ['--repeats', '2', '--within', '0.5', '--json', str(tmp_path / 'out.json')])
+    out = capsys.readouterr().out
+    assert row['A']['flops_ratio'] < row['B']['flops_ratio'] < 1
+    assert row['A']['measured_ratio'] < row['B']['measured_ratio']  # synthetic: MLP costs
+    assert row['flops_difference'] == pytest.approx(row['B']['flops_ratio']
+                                                    - row['A']['flops_ratio'])
+    assert row['within'] == (row['flops_difference'] <= 0.5 and row['latency_difference'] <= 0.5)
+    assert f'| deit-tiny | 1 | {row["A"]["flops_ratio"]:.3f} |' in out
+    assert json.loads((tmp_path / 'out.json').read_text())[0]['within'] == row['within']
+    bad = tmp_path / 'bad.json'
+    bad.write_text('{"rows": [1]}')
+    code, err = run_main('tools/analysis/latency_repro.py', [paths[0], str(bad)], capsys,
+                         cwd=None)
+    assert code == 2 and 'bad.json' in err and len(err.strip().splitlines()) == 1, err

@@ -1,18 +1,24 @@
-"""mmdcs at a latency target side by side with Torch-Pruning at the same FLOPs
-(docs/benchmarks.md, "Side by side with Torch-Pruning").
+"""mmdcs at a latency target side by side with Torch-Pruning (docs/benchmarks.md, "Side by
+side with Torch-Pruning").
 
 Per model, in one process: mmdcs's budget subnet at --target-latency (the paper's variant with
-hidden-unit selection, its latency table read from --tables DIR or measured there), and timm's
-model of the same arch pruned by Torch-Pruning's MagnitudePruner (MLP / inverted-bottleneck
-hidden units only, and hidden units + whole heads where the model has them; --round-to 8) to
-the FLOPs ratio mmdcs's subnet reached (within --tol); all timed interleaved against their
-baselines, CPU, batch 1, --threads 1, medians of --repeats rounds, wall clock and thread CPU
-time. torch-pruning is an optional extra (pip install torch-pruning==1.6.1, or
+hidden-unit selection, its latency table of --runtime read from --tables DIR or measured
+there; with --match latency or --refine N measured and corrected as the export does), and
+timm's model of the same arch pruned by Torch-Pruning's MagnitudePruner (MLP /
+inverted-bottleneck hidden units only, and hidden units + whole heads where the model has
+them; --round-to 8) to the FLOPs ratio mmdcs's subnet reached (--match flops) or to the
+latency ratio it measured in --runtime (--match latency: the peer's ratio bisected over
+measurements, its FLOPs beside), within --tol; all timed interleaved against their baselines,
+CPU, --batch, --threads 1, medians of --repeats rounds, wall clock and thread CPU time, in
+--runtime and in every runtime of --also-runtimes (e.g. onnxruntime: each network's ONNX
+file). torch-pruning is an optional extra (pip install torch-pruning==1.6.1, or
 pip install -e ".[bench]"):
 
     python tools/analysis/benchmark_peer.py [--models vit-s16 swin-t efficientvit-b1]
-        [--target-latency 0.7] [--tables DIR] [--select-hidden all|true]
-        [--peers hidden hidden+heads] [--repeats 21] [--out table.md] [--json rows.json]
+        [--target-latency 0.7] [--tables DIR] [--select-hidden all|true] [--batch 1]
+        [--runtime torch|onnxruntime] [--also-runtimes onnxruntime] [--match flops|latency]
+        [--refine 2] [--peers hidden hidden+heads] [--repeats 21] [--out table.md]
+        [--json rows.json]
 """
 import json
 import os.path as osp
@@ -54,6 +60,17 @@ def parse_args(argv=None):
                    help="input size (default: each model's nominal size)")
     p.add_argument('--threads', type=positive_int, default=1,
                    help='CPU intra-op threads (default 1; thread CPU time only with 1)')
+    p.add_argument('--batch', type=positive_int, default=1, help='images per call (default 1)')
+    p.add_argument('--runtime', default='torch', metavar='NAME',
+                   help="mmdcs's table, its corrections and a latency match are measured in "
+                        'it: torch (PyTorch eager, default) or onnxruntime')
+    p.add_argument('--also-runtimes', nargs='+', default=[], metavar='NAME',
+                   help='also time every model in these runtimes (a column each)')
+    p.add_argument('--match', choices=('flops', 'latency'), default='flops',
+                   help="the peer pruned to mmdcs's FLOPs ratio (default) or to its measured "
+                        'latency ratio (hidden units only: bisected over measurements)')
+    p.add_argument('--refine', type=non_negative_int, default=0, metavar='N',
+                   help="mmdcs's measured corrections (as tools/export_subnet.py --refine)")
     p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
     p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--seed', type=int, default=0)
@@ -79,7 +96,8 @@ def run(args):
         args.models, args.target_latency, args.tables, args.force, threads=args.threads,
         input_size=args.size, select_hidden=args.select_hidden, peers=args.peers,
         round_to=args.round_to, tol=args.tol, repeats=args.repeats, warmup=args.warmup,
-        seed=args.seed, progress=lambda line: print(line, flush=True))
+        seed=args.seed, batch=args.batch, runtime=args.runtime, runtimes=args.also_runtimes,
+        match=args.match, refine=args.refine, progress=lambda line: print(line, flush=True))
     rows = [r for res in results for r in res['rows']]
     text = format_peer_benchmark(rows)
     skipped = [f'{res["rows"][0]["model"]}: Torch-Pruning {k}: {v}'
@@ -87,9 +105,12 @@ def run(args):
     if skipped:
         text += '\n\nNo row: ' + '; '.join(skipped) + '.'
     text += ('\n\n' + environment_note() + f' Each ratio against its own baseline (mmdcs\'s '
-             'backbone; timm\'s forward_features), all models of a row\'s arch timed in one run, '
-             f'{args.repeats} interleaved rounds, medians; FLOPs: mmengine multiply-accumulates '
-             'with the attention products, one counter for both.')
+             'backbone; timm\'s forward_features), all models of a row\'s arch timed in one run '
+             f'per runtime ({", ".join([args.runtime] + args.also_runtimes)}), batch '
+             f'{args.batch}, {args.repeats} interleaved rounds, medians; FLOPs: mmengine '
+             'multiply-accumulates with the attention products, one counter for both; the peer '
+             'matched at equal ' + (f'measured latency ({args.runtime}).'
+                                   if args.match == 'latency' else 'FLOPs.'))
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t0:.0f} s)')
     kept = [{k: v for k, v in res.items() if k != 'table'} for res in results]

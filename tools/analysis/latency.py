@@ -155,6 +155,12 @@ def parse_args(argv=None):
     p.add_argument('--number', type=positive_int, default=1, help='calls per timed round')
     p.add_argument('--devices', nargs='+', default=['cpu', 'cuda'], choices=['cpu', 'cuda'],
                    help='cuda is skipped when not available')
+    p.add_argument('--runtime', default='torch', metavar='NAME',
+                   help='what the networks run in: torch (PyTorch eager, the default), '
+                   'onnxruntime (their ONNX files, 1 intra-op and 1 inter-op thread unless '
+                   '--threads), tensorrt (onnxruntime\'s TensorRT provider, on a GPU); with '
+                   '--target-latency the tables are measured in it too (a kept table of '
+                   'another runtime is not used: its file name differs)')
     p.add_argument('--tolerance', type=non_negative_float, default=0.05,
                    help='allowed |latency ratio - FLOPs ratio| (default 0.05)')
     p.add_argument('--seed', type=int, default=0)
@@ -288,7 +294,7 @@ def run_latency_target(args):
             args.threads, device, args.dtype, args.tables, args.force, input_size=args.size,
             select_hidden=args.select_hidden, select_heads=args.select_heads,
             multiple_of=args.multiple_of, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
-            validate=args.validate, refine=args.refine,
+            validate=args.validate, refine=args.refine, runtime=args.runtime,
             progress=lambda line: print(line, flush=True))
     text = format_latency_target(rows)
     text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
@@ -323,10 +329,12 @@ def run(args):
                                         format_profile, format_theta_fusion, is_peer_backbone,
                                         keep_freed_memory, latency_pair, module_scaling,
                                         op_groups, profile_ops, theta_fusion_timing)
+    from mmdcs.apis.latency_io import make_runtime
     from mmdcs.selection import SubnetError, SubnetSpec
+    make_runtime(args.runtime, threads=args.threads)  # one line where it cannot run here
     common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
                   warmup=args.warmup, repeats=args.repeats, number=args.number,
-                  tolerance=args.tolerance, seed=args.seed)
+                  tolerance=args.tolerance, seed=args.seed, runtime=args.runtime)
     jobs = []  # (arch, callable building (base, sub, size))
     label = {}  # config mode, peer methods: ratio and variant of the row
     if args.config:

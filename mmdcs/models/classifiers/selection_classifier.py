@@ -26,8 +26,8 @@ from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, head_selectors,
                              hidden_selectors,
                              prunable_modules)
-from mmdcs.selection.budget import (BudgetError, build_cost, nested_channels, resource_names,
-                                    resource_options)
+from mmdcs.selection.budget import (BudgetError, build_cost, counted_resources,
+                                    nested_channels, resource_names, resource_options)
 from mmdcs.selection.budget_search import project_to_budget, scheduled_ratio
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
 
@@ -199,8 +199,7 @@ class ChannelSelectionClassifier(ImageClassifier):
         # counts, through the attention's measured curve in a latency table); a resource whose
         # cost has no head units (a table measured without heads is refused where it is read)
         self._head_selectors = head_selectors(self.backbone)
-        if self._head_selectors and set(self._head_selectors) != set(
-                getattr(linear, 'head_dims', {}) or {}):
+        if self._head_selectors and set(self._head_selectors) != set(linear.head_dims):
             raise BudgetError(f'select_heads: the {resource} budget does not cost heads (the '
                               'exact flops and params and a latency table measured with '
                               'select_heads do)')
@@ -312,7 +311,7 @@ class ChannelSelectionClassifier(ImageClassifier):
                'cost_ratio_kept': expected.new_tensor(kept / self._budget.baseline),
                'cost_target': expected.new_tensor(budget / self._budget.baseline),
                'cost_mu': mu}
-        if t['resource'] not in ('flops', 'params'):  # e.g. latency_ratio_kept: predicted
+        if t['resource'] not in counted_resources():  # e.g. latency_ratio_kept: predicted
             out[f'{t["resource"]}_ratio_kept'] = out['cost_ratio_kept']
         if update and self.training:
             self.cost_mu.add_(t['rho'] * violation.detach())
