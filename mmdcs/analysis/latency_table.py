@@ -50,6 +50,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from mmdcs.checks import check_timing
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
 from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN
@@ -482,6 +483,7 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
     Returns:
         the table (a JSON-able dict, ``LatencyCost(table)`` predicts from it).
     """
+    check_timing(batch, threads)  # positive, at most MAX_BATCH images, the cores here
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
     if rounds < 1 or warmup < 0 or batch < 1:

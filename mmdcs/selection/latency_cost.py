@@ -39,6 +39,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from mmdcs.checks import check_timing
+
 from .budget import CHANNELS, HEADS, HIDDEN, BudgetError, CostBounds
 from .subnet import head_selectors, hidden_selectors, prunable_modules
 
@@ -274,6 +276,10 @@ class LatencyCost(CostBounds):
         self.input_size = tuple(shape) if isinstance(shape, list) else None
         self.meta = {k: table.get(k) for k in ('arch', 'variant', 'device_name', 'threads',
                                                'batch', 'dtype')}
+        try:  # what a measurement with the table's settings would run
+            check_timing(table.get('batch'), table.get('threads'), here=False)
+        except ValueError as e:
+            raise LatencyTableError(f'the table\'s {e}') from None
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -76,9 +76,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, non_negative_float,
-                               non_negative_int, positive_int, positive_size, unit_ratio,
-                               user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, batch_size, non_negative_float,
+                               non_negative_int, positive_int, positive_size, seed, thread_count,
+                               unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 
@@ -101,12 +101,12 @@ def parse_args(argv=None):
     p.add_argument('--tables', metavar='DIR', default=None,
                    help='with --target-latency: read the latency tables from DIR (measured and '
                    'written there when missing; --force measures them again)')
-    p.add_argument('--validate', metavar='K', type=int, default=0,
+    p.add_argument('--validate', metavar='K', type=non_negative_int, default=0,
                    help='with --target-latency: also time K random subnets of each table\'s '
                    'supernet beside the baseline (15 interleaved rounds each, medians) and '
                    'report the predictor\'s error (mean abs. and max, fractions of the '
                    'baseline latency; as latency_table.py --validate)')
-    p.add_argument('--refine', metavar='N', type=int, default=0,
+    p.add_argument('--refine', metavar='N', type=non_negative_int, default=0,
                    help='with --target-latency: measure the subnet and, while its latency ratio '
                    '(the table\'s clock) is more than 0.01 from the target, ask the table for '
                    'asked x target / measured (first asked: the target) and export and measure '
@@ -146,18 +146,19 @@ def parse_args(argv=None):
     p.add_argument('--size', type=positive_size, default=None,
                    help='input size (default: each model\'s nominal size, 224 or 256; in config '
                    'mode the config\'s)')
-    p.add_argument('--batch-sizes', '--batch', type=positive_int, nargs='+', default=[1, 16])
-    p.add_argument('--threads', type=positive_int, default=1,
+    p.add_argument('--batch-sizes', '--batch', type=batch_size, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=thread_count, default=1,
                    help='CPU intra-op threads (torch.set_num_threads), default 1')
     p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--repeats', type=positive_int, default=None,
                    help='timed rounds (median taken; default 10, with --target-latency 21)')
     p.add_argument('--number', type=positive_int, default=1, help='calls per timed round')
-    p.add_argument('--devices', nargs='+', default=['cpu', 'cuda'], choices=['cpu', 'cuda'],
-                   help='cuda is skipped when not available')
+    p.add_argument('--devices', nargs='+', default=None, choices=['cpu', 'cuda'],
+                   help='default: cpu, and cuda where a CUDA device is available; a device '
+                   'given here must be available')
     p.add_argument('--tolerance', type=non_negative_float, default=0.05,
                    help='allowed |latency ratio - FLOPs ratio| (default 0.05)')
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--system-malloc', action='store_true',
                    help="leave glibc's allocator as it is (default: it keeps freed memory for "
                         'reuse, so large activations are not page-faulted in again on every '
@@ -271,13 +272,11 @@ def _config_pair(args):
 
 def run_latency_target(args):
     """--target-latency: the rows of mmdcs.apis.latency_io.latency_target_rows per device."""
-    import torch
     from mmdcs.analysis.complexity import TABLE_MODELS
     from mmdcs.analysis.latency import environment_note, keep_freed_memory
     from mmdcs.analysis.latency_target import format_latency_target
     from mmdcs.apis.latency_io import latency_target_rows
-    devices = [d for d in args.devices if d == 'cpu' or torch.cuda.is_available()] or \
-        args.devices  # CUDA skipped when absent, unless it is all that was asked for
+    devices = args.devices
     if not args.system_malloc:
         keep_freed_memory()
     rows = []
@@ -313,7 +312,22 @@ def run_latency_target(args):
     return rows
 
 
+def resolve_devices(args) -> None:
+    """``args.devices``: cpu and, where one is available, cuda by default; a device given on
+    the command line must be available (one :class:`UserError` line, before any work: never an
+    empty table)."""
+    import torch
+    cuda = torch.cuda.is_available()
+    if args.devices is None:
+        args.devices = ['cpu'] + (['cuda'] if cuda else [])
+    elif 'cuda' in args.devices and not cuda:
+        raise UserError('--devices cuda: no CUDA device is available here (time on the machine '
+                        'the table is for, or give --devices cpu)')
+    args.devices = list(dict.fromkeys(args.devices))
+
+
 def run(args):
+    resolve_devices(args)
     if args.target_latency is not None:
         return run_latency_target(args)
     import torch

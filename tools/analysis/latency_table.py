@@ -22,8 +22,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, non_negative_int, positive_int,
-                               positive_size, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, batch_size, non_negative_int,
+                               positive_int, positive_size, thread_count, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_json)
 
@@ -33,9 +33,9 @@ def parse_args(argv=None):
     p.add_argument('config', help='a DCS or KCR supernet config')
     p.add_argument('--out', required=True, help='the table (JSON)')
     p.add_argument('--device', choices=('cpu', 'cuda'), default='cpu')
-    p.add_argument('--threads', type=positive_int, default=1,
+    p.add_argument('--threads', type=thread_count, default=1,
                    help='CPU intra-op threads while timing (default 1)')
-    p.add_argument('--batch', type=positive_int, default=1, help='images per call (default 1)')
+    p.add_argument('--batch', type=batch_size, default=1, help='images per call (default 1)')
     p.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                    help='input size H [W] (default: the config\'s)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32')
