@@ -14,6 +14,14 @@ if [[ -z "$CONFIG" || -z "$GPUS" ]]; then
     exit 2
 fi
 
+# GPUS: processes on this node, an integer from 1 to the GPUs here (without a GPU: the CPU cores)
+MAX_PROCS=$(python -c 'import os, torch; print(torch.cuda.device_count() or os.cpu_count() or 1)') \
+    || exit 1
+if ! [[ "$GPUS" =~ ^[0-9]+$ ]] || (( 10#$GPUS < 1 || 10#$GPUS > MAX_PROCS )); then
+    echo "error: GPUS must be an integer from 1 to $MAX_PROCS (the GPUs of this machine; without a GPU, its CPU cores), got '$GPUS'" >&2
+    exit 2
+fi
+
 PYTHONPATH="$(dirname "$0")/..":${PYTHONPATH:-} \
 python -m torch.distributed.run \
     --nnodes="$NNODES" \

@@ -20,7 +20,9 @@ few of the weights it is meant to fill or fills them with tensors of another sha
 (:func:`mmdcs.utils.checkpoint.check_loaded`), where mmengine only logs a warning; its
 ``save_checkpoint`` and ``CheckpointHook``'s ``last_checkpoint`` write atomically and never through
 a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's sha256 is recorded in the directory's
-manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a ``--resume`` trusts.
+manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which a ``--resume`` trusts. A resumed
+run's optimizer state must be this run's (:mod:`mmdcs.utils.optim_state`): another optimizer type
+or model is one line, not a failure at the first step.
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -39,6 +41,7 @@ import sys
 
 from .checkpoint import check_loaded, load_checkpoint_file, record_checkpoint
 from .files import atomic_write
+from .optim_state import patch_optimizer_state_check
 
 _PATCHED = False
 
@@ -323,4 +326,5 @@ def patch_on_import(name: str, patch) -> None:
 def apply_compat_patches() -> None:
     """Every compatibility patch of mmdcs (called once, by :mod:`mmdcs.registry`)."""
     patch_mmengine_checkpoint_loading()
+    patch_optimizer_state_check()
     patch_on_import(SSD_HEAD_MODULE, patch_mmdet_ssd_head)
