@@ -38,13 +38,14 @@ from mmdcs.analysis.latency import keep_freed_memory, time_models
 from mmdcs.analysis.latency_table import (_units, clock_timer, default_clock, load_table,
                                           pruned_copy)
 from mmdcs.analysis.plots import last_validation
+from mmdcs.checks import check_timing
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import file_sha256
 from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError
 from mmdcs.selection.importance import widths_of
 from mmdcs.selection.latency_cost import LatencyCost, selection_options
 from .export import export_subnet, train_batches
-from .launch import UserError
+from .launch import UserError, check_data_paths, load_config
 from .latency_io import config_backbones, measure_table, table_file_name
 from .outputs import write_json, write_texts
 from .subnet_io import build_model, load_task_config
@@ -196,6 +197,10 @@ class LatencyTables:
     def __init__(self, folder: str, select_hidden: Optional[dict] = None, batch: int = 1,
                  threads: int = 1, rounds: int = 5, multiple_of: int = 8,
                  builder: Optional[Callable] = None, log: Callable[[str], None] = _print):
+        try:  # measured here: a batch of at most MAX_BATCH images, the cores of this machine
+            check_timing(batch, threads)
+        except ValueError as e:
+            raise UserError(f'latency tables: {e}') from None
         self.folder = folder
         self.select_hidden = dict(LATENCY_SELECT_HIDDEN, **(select_hidden or {}))
         self.batch, self.threads, self.rounds = int(batch), int(threads), int(rounds)
@@ -997,6 +1002,21 @@ def write_reports(out: str, rows: List[dict], settings: dict, resource: str = 'f
     return paths
 
 
+def check_data(models: Sequence[str], data: str) -> None:
+    """The digits data the runs of ``models`` read (``DATA/cls``, relative to the repository
+    as the runs resolve it), checked as tools/train.py checks it (the baseline configs' data
+    loaders pointed there, :func:`~mmdcs.apis.launch.check_data_paths`): one
+    :class:`UserError` line naming what is missing and how to build it."""
+    root = osp.join(ROOT, data, 'cls')
+    if not osp.isdir(root):
+        raise UserError(f'--data {data}: {root} does not exist; build the digits data with '
+                        f'`python tools/data/build_digits.py --out {data}`')
+    for model in models:
+        cfg = load_config(osp.join(ROOT, MODELS[model]['baseline']), {
+            f'{s}_dataloader.dataset.data_root': root for s in ('train', 'val', 'test')})
+        check_data_paths(cfg)
+
+
 def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
             seeds: Sequence[int], out: str, epochs: int, train_images: int,
             pretrained: bool = False, resource: str = 'flops', data: str = 'data/digits',
@@ -1055,6 +1075,8 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
                             'retrains for --epochs)')
         if not (isinstance(pruner_epochs, int) and pruner_epochs > 0):
             raise UserError(f'--pruner-epochs must be a positive integer, got {pruner_epochs!r}')
+    if run_one is None:  # the runs read DATA: checked before anything is created
+        check_data(models, data)
     regime = 'pretrained' if pretrained else 'scratch'
     # what every row of one results.json shares (both regimes may share it)
     settings = dict(epochs=epochs, train_images=train_images, resource=resource,
