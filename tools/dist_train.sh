@@ -18,7 +18,8 @@ fi
 MAX_PROCS=$(python -c 'import os, torch; print(torch.cuda.device_count() or os.cpu_count() or 1)') \
     || exit 1
 if ! [[ "$GPUS" =~ ^[0-9]+$ ]] || (( 10#$GPUS < 1 || 10#$GPUS > MAX_PROCS )); then
-    echo "error: GPUS must be an integer from 1 to $MAX_PROCS (the GPUs of this machine; without a GPU, its CPU cores), got '$GPUS'" >&2
+    echo "error: GPUS must be an integer from 1 to $MAX_PROCS (the GPUs of this machine;" \
+         "without a GPU, its CPU cores), got '$GPUS'" >&2
     exit 2
 fi
 

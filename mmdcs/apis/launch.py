@@ -436,8 +436,6 @@ def _matches(pattern: str, path: Tuple[str, ...]) -> bool:
     """Whether ``path`` fits ``pattern`` (``*`` one part, with fnmatch wildcards inside a
     part; ``**`` any number of parts)."""
     parts = pattern.split('.')
-    if not parts:
-        return not path
     if parts[0] == '**':
         rest = '.'.join(parts[1:])
         return any(_matches(rest, path[i:]) for i in range(len(path) + 1))
@@ -534,27 +532,41 @@ def known_config_keys() -> frozenset:
     return frozenset(keys)
 
 
+def _typos(a: str, b: str) -> int:
+    """The typing slips between two keys: characters inserted, deleted, replaced or two
+    neighbours swapped (optimal string alignment distance)."""
+    d = [[i + j if not i * j else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
 def _key_problems(cfg) -> List[str]:
-    """Top-level keys that nothing reads and that are a near miss of a key that something
-    does (``train_cfgg`` for ``train_cfg``): a typo that would silently leave the setting at
-    its default. A key that resembles no known key is kept (a config's own helper variable,
-    as OpenMMLab configs define them)."""
+    """Top-level keys that nothing reads and that are a typo of a key that something does
+    (one slip, two in a key of ten characters or more: ``train_cfgg``, ``optim_wraper``,
+    ``modle``): the setting would silently stay at its default. A key that is no typo of a
+    known one is kept: a config's own helper variable, as OpenMMLab configs define them."""
     known = known_config_keys()
     problems = []
     for key in cfg:
         if key in known or key.startswith('_'):
             continue
-        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
-        if close:
+        slips = 1 if len(key) < 10 else 2
+        close = sorted((_typos(key, k), k) for k in known if abs(len(k) - len(key)) <= slips)
+        if close and close[0][0] <= slips:
             problems.append(f'unknown top-level key {key!r}: nothing reads it (did you mean '
-                            f'{close[0]!r}? a helper variable of your own: give it another '
+                            f'{close[0][1]!r}? a helper variable of your own: give it another '
                             'name)')
     return problems
 
 
 def check_config(cfg, scope: str, mode: Optional[str] = None) -> None:
     """The config pre-flight, before anything is built or written: no NaN or infinity
-    anywhere; no top-level key that is a near miss of a known one (:func:`_key_problems`); for
+    anywhere; no top-level key that is a typo of a known one (:func:`_key_problems`); for
     a run (``mode`` 'train' or 'test', what ``tools/train.py`` / ``tools/test.py`` build) the
     runner's numbers of the right type and range (:data:`CONFIG_NUMBERS`: epochs, batch size,
     workers, lr, ...) and every ``type`` of the parts it builds registered

@@ -263,6 +263,10 @@ class LatencyCost(CostBounds):
             raise LatencyTableError(f'not an mmdcs latency table (expected "format": '
                                     f'{" or ".join(map(repr, LATENCY_TABLE_FORMATS))}, got '
                                     f'{table.get("format")!r})')
+        try:  # what a measurement with the table's settings would run
+            check_timing(table.get('batch'), table.get('threads'), here=False)
+        except ValueError as e:
+            raise LatencyTableError(f'the table\'s {e}') from None
         self.table = table
         self.baseline = _num(table.get('baseline_ms'), 'baseline_ms')
         if self.baseline <= 0:
@@ -276,10 +280,6 @@ class LatencyCost(CostBounds):
         self.input_size = tuple(shape) if isinstance(shape, list) else None
         self.meta = {k: table.get(k) for k in ('arch', 'variant', 'device_name', 'threads',
                                                'batch', 'dtype')}
-        try:  # what a measurement with the table's settings would run
-            check_timing(table.get('batch'), table.get('threads'), here=False)
-        except ValueError as e:
-            raise LatencyTableError(f'the table\'s {e}') from None
 
     # ------------------------------------------------------------------ construction
     @classmethod
