@@ -263,8 +263,8 @@ class LatencyCost(CostBounds):
             raise LatencyTableError(f'not an mmdcs latency table (expected "format": '
                                     f'{" or ".join(map(repr, LATENCY_TABLE_FORMATS))}, got '
                                     f'{table.get("format")!r})')
-        try:  # what a measurement with the table's settings would run
-            check_timing(table.get('batch'), table.get('threads'), here=False)
+        try:  # what a measurement with the table's settings would run (a missing key: below)
+            check_timing(table.get('batch', 1), table.get('threads', 1), here=False)
         except ValueError as e:
             raise LatencyTableError(f'the table\'s {e}') from None
         self.table = table
