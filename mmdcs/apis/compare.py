@@ -1002,11 +1002,11 @@ def write_reports(out: str, rows: List[dict], settings: dict, resource: str = 'f
     return paths
 
 
-def check_data(models: Sequence[str], data: str) -> None:
+def check_data(models: Sequence[str], data: str, train_images: int = 0) -> None:
     """The digits data the runs of ``models`` read (``DATA/cls``, relative to the repository
     as the runs resolve it), checked as tools/train.py checks it (the baseline configs' data
-    loaders pointed there, :func:`~mmdcs.apis.launch.check_data_paths`): one
-    :class:`UserError` line naming what is missing and how to build it."""
+    loaders pointed there, :func:`~mmdcs.apis.launch.check_data_paths`), and that it has the
+    ``train_images`` asked for: one :class:`UserError` line naming what is missing."""
     root = osp.join(ROOT, data, 'cls')
     if not osp.isdir(root):
         raise UserError(f'--data {data}: {root} does not exist; build the digits data with '
@@ -1015,6 +1015,12 @@ def check_data(models: Sequence[str], data: str) -> None:
         cfg = load_config(osp.join(ROOT, MODELS[model]['baseline']), {
             f'{s}_dataloader.dataset.data_root': root for s in ('train', 'val', 'test')})
         check_data_paths(cfg)
+        ann = osp.join(root, cfg.train_dataloader.dataset.ann_file)
+        with open(ann) as f:
+            have = sum(1 for line in f if line.strip())
+        if train_images > have:
+            raise UserError(f'--train-images {train_images}: {ann} lists {have} training '
+                            'images (0: all of them)')
 
 
 def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
@@ -1076,7 +1082,7 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         if not (isinstance(pruner_epochs, int) and pruner_epochs > 0):
             raise UserError(f'--pruner-epochs must be a positive integer, got {pruner_epochs!r}')
     if run_one is None:  # the runs read DATA: checked before anything is created
-        check_data(models, data)
+        check_data(models, data, train_images)
     regime = 'pretrained' if pretrained else 'scratch'
     # what every row of one results.json shares (both regimes may share it)
     settings = dict(epochs=epochs, train_images=train_images, resource=resource,

@@ -154,10 +154,21 @@ def test_latency_devices_cuda_without_a_gpu(capsys, tmp_path, monkeypatch):
 
 
 def test_compare_methods_checks_the_data_before_creating_anything(capsys, tmp_path):
+    """Missing data, or fewer training images than --train-images: one line, no --out (was:
+    found by the first run, its directories left; all images used without a word)."""
     line = _refused(capsys, 'tools/analysis/compare_methods.py',
                     ['--data', str(tmp_path / 'none'), '--out', str(tmp_path / 'out')])
     assert f'--data {tmp_path / "none"}: {tmp_path / "none" / "cls"} does not exist' in line
-    assert os.listdir(tmp_path) == []
+    meta = tmp_path / 'few' / 'cls' / 'meta'
+    meta.mkdir(parents=True)
+    for split in ('train', 'val'):
+        (meta / f'{split}.txt').write_text('0/0001.png 0\n1/0002.png 1\n')
+    line = _refused(capsys, 'tools/analysis/compare_methods.py',
+                    ['--data', str(tmp_path / 'few'), '--train-images', '3', '--out',
+                     str(tmp_path / 'out')])
+    assert line.endswith(f'--train-images 3: {meta / "train.txt"} lists 2 training images (0: '
+                         'all of them)'), line
+    assert sorted(os.listdir(tmp_path)) == ['few']
 
 
 def _a_digits_build(root, **args):
