@@ -195,8 +195,6 @@ def parse_args(argv=None):
             p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
     elif args.tables or args.dtype != 'fp32' or args.validate or args.refine:
         p.error('--tables, --dtype, --validate and --refine go with --target-latency')
-    if args.validate < 0 or args.refine < 0:
-        p.error(f'--validate and --refine must be >= 0, got {args.validate} and {args.refine}')
     if args.select_hidden and args.target_flops is None and args.target_latency is None:
         p.error('--select-hidden goes with --target-flops or --target-latency')
     if args.hidden_only and args.target_flops is None:
@@ -212,15 +210,9 @@ def parse_args(argv=None):
         p.error('--ranked goes with --target-flops (not --hidden-only)')
     if args.multiple_of is None:
         args.multiple_of = 8 if (args.target_flops or args.target_latency) is not None else 1
-    if args.multiple_of < 1:
-        p.error(f'--multiple-of must be a positive integer, got {args.multiple_of}')
-    if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.number < 1:
-        p.error('--threads, --repeats and --number must be >= 1, --warmup >= 0')
-    if any(b < 1 for b in args.batch_sizes):
-        p.error('--batch-sizes must be >= 1')
-    if args.theta_rank is not None and (args.theta_rank < 1 or args.config or args.subnet):
-        p.error('--theta-rank must be >= 1 and goes with random subnets (--models), not '
-                '--config / --subnet (their subnet records its rank)')
+    if args.theta_rank is not None and (args.config or args.subnet):
+        p.error('--theta-rank goes with random subnets (--models), not --config / --subnet '
+                '(their subnet records its rank)')
     if args.config and args.models:
         p.error('give --config or --models, not both')
     if args.subnet and args.models:
