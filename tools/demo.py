@@ -53,8 +53,8 @@ warnings.filterwarnings('ignore', message='pkg_resources is deprecated')
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
-                               positive_int, run_program, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, non_negative_int, open_ratio, positive_int,
+                               run_program, user_errors)  # noqa: E402
 from mmdcs.analysis.plots import last_validation  # noqa: E402
 from mmdcs.apis.compare import RESOURCES, needs_tables  # noqa: E402
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
@@ -605,6 +605,22 @@ class Demo:
                 print(f'| {label} | {key} | {shown} |')
 
 
+def check_demo_data(args):
+    """Before any step: ``--data`` holds no digits build made with other arguments than the
+    demo's (step 1 would replace it; a complete build with the demo's is reused), and
+    ``--train-images`` is not above the training images of that build."""
+    from mmdcs.datasets.digits import DataBuildError, build_args, check_build, split_indices
+    build = build_args()  # what step 1 builds: tools/data/build_digits.py's defaults
+    try:
+        check_build(osp.join(ROOT, args.data), build)
+    except DataBuildError as e:
+        raise UserError(f'--data: {e}') from e
+    train = len(split_indices(build['val_ratio'], build['seed'], build['max_per_class'])[0])
+    if args.train_images > train:
+        raise UserError(f'--train-images {args.train_images}: the digits data has {train} '
+                        'training images (0: all of them)')
+
+
 def parse_args(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--work-dir', default='work_dirs/demo')
@@ -628,7 +644,7 @@ def parse_args(argv=None):
     parser.add_argument('--resource', choices=RESOURCES[::-1], default='latency',
                         help='the main demo\'s budget: an equal latency target predicted by '
                         'tables measured here (default), or the search configs\' FLOPs budget')
-    parser.add_argument('--target-latency', type=positive_float, default=DEMO_LATENCY,
+    parser.add_argument('--target-latency', type=open_ratio, default=DEMO_LATENCY,
                         metavar='R', help='the latency target of every method (default: '
                         '%(default)s; raised above the tables\' predicted floors where needed)')
     parser.add_argument('--quick', action='store_true',
@@ -649,6 +665,7 @@ def main(argv=None):
     with user_errors():  # before any step: the two directories the demo writes into
         check_output_dir(args.work_dir, '--work-dir')
         check_output_dir(args.data, '--data')
+        check_demo_data(args)
     demo = Demo(args)
     t0 = time.time()
     print('== 1. data: the digits datasets (scikit-learn scans, no download)', flush=True)

@@ -53,7 +53,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
                                non_negative_float, non_negative_int, positive_int, positive_size,
-                               run_program, set_checkpoint_trust, user_errors)
+                               run_program, seed, set_checkpoint_trust, thread_count, user_errors)
 from mmdcs.apis.outputs import add_force_argument
 import mmdcs.models.counting  # noqa: F401  (registers the budget resources)
 from mmdcs.selection.budget import (LATENCY_REFINE, LATENCY_TOLERANCE, resource_help,
@@ -121,7 +121,7 @@ def parse_args(argv=None):
                         help='with --target-latency, measured: refuse (exit 2, nothing written) a '
                         'subnet measured more than T from the target (default %(default)s; '
                         '1 accepts any)')
-    parser.add_argument('--threads', type=positive_int, default=None, metavar='N',
+    parser.add_argument('--threads', type=thread_count, default=None, metavar='N',
                         help='CPU threads of the measurement (default: the latency table\'s, '
                         'else 1)')
     parser.add_argument('--method', choices=tuple(SCORERS), default='alpha',
@@ -129,7 +129,7 @@ def parse_args(argv=None):
                             f'{s.name}: {s.help}' + (' (a baseline checkpoint; needs a target)'
                                                       if s.baseline else '')
                             for s in SCORERS.values()))
-    parser.add_argument('--seed', type=int, default=0,
+    parser.add_argument('--seed', type=seed, default=0,
                         help='--method random: the seed of the channels drawn; taylor: of the '
                         'training images (default: %(default)s)')
     parser.add_argument('--widths-from', metavar='SUBNET',

@@ -19,9 +19,10 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import ConfigDict
 
 from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag, build_runner,
-                               check_data_paths, load_config, prepare_task, process_group_scope,
-                               run_program, set_checkpoint_trust, set_work_dir,
-                               setup_cpu_distributed, user_errors, watch_new_paths)
+                               check_config, check_data_paths, load_config, non_negative_int,
+                               prepare_task, process_group_scope, run_program,
+                               set_checkpoint_trust, set_work_dir, setup_cpu_distributed,
+                               user_errors, watch_new_paths)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_dir,
                                 check_output_file, refuse_overwrite, write_json)
 
@@ -47,7 +48,7 @@ def parse_args(argv=None):
     add_cfg_options(parser)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    parser.add_argument('--local_rank', '--local-rank', type=non_negative_int, default=0)
     add_trust_flag(parser)
     add_force_argument(parser)
     args = parser.parse_args(argv)
@@ -114,6 +115,7 @@ def main(argv=None):
         set_checkpoint_trust(args, cfg, complete=True)
         # pre-flight: nothing is created before these pass, and a run refused later (a value
         # a constructor refuses, a checkpoint) removes the work dir / log it created
+        check_config(cfg, scope, 'test')
         check_output_dir(cfg.work_dir, 'work_dir (--work-dir or the config\'s work_dir)')
         check_data_paths(cfg, ('test_dataloader', ))
         watch_new_paths(cfg.work_dir)

@@ -19,9 +19,10 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from mmengine.config import ConfigDict
 
 from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag, build_runner,
-                               check_data_paths, check_schedule, enable_amp, load_config,
-                               prepare_task, process_group_scope, run_program, set_checkpoint_trust,
-                               set_work_dir, setup_cpu_distributed, user_errors, watch_new_paths)
+                               check_config, check_data_paths, check_schedule, enable_amp,
+                               load_config, non_negative_int, prepare_task, process_group_scope,
+                               run_program, set_checkpoint_trust, set_work_dir,
+                               setup_cpu_distributed, user_errors, watch_new_paths)
 from mmdcs.apis.outputs import check_output_dir
 
 
@@ -45,7 +46,7 @@ def parse_args(argv=None):
     add_cfg_options(parser)
     parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
                         default='none', help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    parser.add_argument('--local_rank', '--local-rank', type=non_negative_int, default=0)
     add_trust_flag(parser)
     args = parser.parse_args(argv)
     if 'LOCAL_RANK' not in os.environ:
@@ -101,11 +102,12 @@ def main(argv=None):
     args = parse_args(argv)
     with user_errors():
         cfg = load_config(args.config)
-        prepare_task(cfg)
+        scope = prepare_task(cfg)
         cfg = merge_args(cfg, args)
         set_checkpoint_trust(args, cfg, resume=True)
         # pre-flight: nothing is created before these pass, and a run refused later (a value
         # a constructor refuses, a checkpoint) removes the work dir / log it created
+        check_config(cfg, scope, 'train')
         check_output_dir(cfg.work_dir, 'work_dir (--work-dir or the config\'s work_dir)')
         check_data_paths(cfg, ('train_dataloader', 'val_dataloader'))
         check_schedule(cfg)

@@ -42,6 +42,19 @@ def default_cam_layer(model: nn.Module, backbone: nn.Module) -> Optional[str]:
     return f'{prefix}.{layer}' if prefix else layer
 
 
+def check_target_class(target_class, num_classes: int) -> None:
+    """``target_class`` (an index, indices, or None: the predicted class) names classes of a
+    model with ``num_classes`` outputs: a ``ValueError`` naming the valid range otherwise."""
+    if target_class is None:
+        return
+    given = [target_class] if isinstance(target_class, int) else list(target_class)
+    bad = [c for c in given if isinstance(c, bool) or not isinstance(c, int) or
+           not 0 <= c < num_classes]
+    if bad:
+        raise ValueError(f'target class {bad[0]!r} is not a class of the model: it has '
+                         f'{num_classes} classes (0 to {num_classes - 1})')
+
+
 def grad_cam(model: nn.Module, inputs: Tensor, target_layer: Optional[str] = None,
              target_class: Optional[Union[int, Sequence[int]]] = None
              ) -> Tuple[Tensor, Tensor, Tensor]:
@@ -84,6 +97,7 @@ def grad_cam(model: nn.Module, inputs: Tensor, target_layer: Optional[str] = Non
                 cls = torch.as_tensor(target_class, device=logits.device).long().expand(
                     logits.shape[0]) if isinstance(target_class, int) else torch.as_tensor(
                         list(target_class), device=logits.device).long()
+            check_target_class(target_class, logits.shape[-1])
             score = logits.gather(1, cls[:, None]).sum()
             model.zero_grad(set_to_none=True)
             score.backward()

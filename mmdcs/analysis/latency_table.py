@@ -52,6 +52,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from mmdcs.checks import check_timing
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
 from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN, Measure
@@ -686,12 +687,13 @@ def build_table(backbone: nn.Module, baseline: nn.Module, input_size: Sequence[i
 
 def check_table_options(batch: int, threads: Optional[int], rounds: int, warmup: int,
                         dtype: str) -> None:
-    """ValueError (one line) for options a table cannot be measured with."""
+    """ValueError (one line) for options a table cannot be measured with: batch and threads
+    positive, at most MAX_BATCH images and the cores here (:func:`mmdcs.checks.check_timing`)."""
+    check_timing(batch, threads)
     if dtype not in DTYPES:
         raise ValueError(f'dtype must be one of {", ".join(DTYPES)}, got {dtype!r}')
-    if rounds < 1 or warmup < 0 or batch < 1 or (threads is not None and threads < 1):
-        raise ValueError(f'need rounds >= 1, warmup >= 0, batch >= 1, threads >= 1; got '
-                         f'{rounds}, {warmup}, {batch}, {threads}')
+    if rounds < 1 or warmup < 0:
+        raise ValueError(f'need rounds >= 1, warmup >= 0; got {rounds}, {warmup}')
 
 
 # ----------------------------------------------------------------------------- validation

@@ -37,6 +37,7 @@ from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import keep_freed_memory, time_models
 from mmdcs.analysis.latency_table import _units, default_clock, load_table, pruned_copy
 from mmdcs.analysis.plots import last_validation
+from mmdcs.checks import check_timing
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import SubnetSpec, file_sha256
 from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError, resource_options
@@ -45,7 +46,7 @@ from mmdcs.selection.jsonio import read_json
 from mmdcs.selection.latency_cost import LatencyCost, selection_options
 from mmdcs.utils.files import open_log
 from .export import export_subnet, train_batches
-from .launch import UserError
+from .launch import UserError, check_data_paths, load_config
 from .latency_io import config_backbones, measure_table, table_file_name
 from .outputs import write_json, write_texts
 from .subnet_io import build_model, load_task_config
@@ -206,6 +207,10 @@ class LatencyTables:
     def __init__(self, folder: str, select_hidden: Optional[dict] = None, batch: int = 1,
                  threads: int = 1, rounds: int = 5, multiple_of: int = 8,
                  builder: Optional[Callable] = None, log: Callable[[str], None] = _print):
+        try:  # measured here: a batch of at most MAX_BATCH images, the cores of this machine
+            check_timing(batch, threads)
+        except ValueError as e:
+            raise UserError(f'latency tables: {e}') from None
         self.folder = folder
         self.select_hidden = dict(LATENCY_SELECT_HIDDEN, **(select_hidden or {}))
         self.batch, self.threads, self.rounds = int(batch), int(threads), int(rounds)
@@ -1000,6 +1005,27 @@ def write_reports(out: str, rows: List[dict], settings: dict, resource: str = 'f
     return paths
 
 
+def check_data(models: Sequence[str], data: str, train_images: int = 0) -> None:
+    """The digits data the runs of ``models`` read (``DATA/cls``, relative to the repository
+    as the runs resolve it), checked as tools/train.py checks it (the baseline configs' data
+    loaders pointed there, :func:`~mmdcs.apis.launch.check_data_paths`), and that it has the
+    ``train_images`` asked for: one :class:`UserError` line naming what is missing."""
+    root = osp.join(ROOT, data, 'cls')
+    if not osp.isdir(root):
+        raise UserError(f'--data {data}: {root} does not exist; build the digits data with '
+                        f'`python tools/data/build_digits.py --out {data}`')
+    for model in models:
+        cfg = load_config(osp.join(ROOT, MODELS[model]['baseline']), {
+            f'{s}_dataloader.dataset.data_root': root for s in ('train', 'val', 'test')})
+        check_data_paths(cfg)
+        ann = osp.join(root, cfg.train_dataloader.dataset.ann_file)
+        with open(ann) as f:
+            have = sum(1 for line in f if line.strip())
+        if train_images > have:
+            raise UserError(f'--train-images {train_images}: {ann} lists {have} training '
+                            'images (0: all of them)')
+
+
 def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
             seeds: Sequence[int], out: str, epochs: int, train_images: int,
             pretrained: bool = False, resource: str = 'flops', data: str = 'data/digits',
@@ -1059,6 +1085,8 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
                             'retrains for --epochs)')
         if not (isinstance(pruner_epochs, int) and pruner_epochs > 0):
             raise UserError(f'--pruner-epochs must be a positive integer, got {pruner_epochs!r}')
+    if run_one is None:  # the runs read DATA: checked before anything is created
+        check_data(models, data, train_images)
     regime = 'pretrained' if pretrained else 'scratch'
     # what every row of one results.json shares (both regimes may share it)
     settings = dict(epochs=epochs, train_images=train_images, resource=resource,

@@ -56,6 +56,27 @@ EXPORTERS = ('dynamo', 'torchscript')
 META_KIND, META_STRUCTURE, META_CONFIG = 'mmdcs.kind', 'mmdcs.outputs', 'mmdcs.config'
 
 
+def opset_range(exporter: str = 'dynamo') -> Tuple[int, int]:
+    """The ONNX opsets ``exporter`` writes here: (lowest, highest), from torch.onnx's limits
+    (the TorchScript exporter stops earlier than dynamo) and the installed onnx package's."""
+    import onnx
+    limits = getattr(torch.onnx, '_constants', None)
+    low = getattr(limits, 'ONNX_MIN_OPSET', 7)
+    high = getattr(limits, 'ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET' if exporter == 'torchscript'
+                   else 'ONNX_MAX_OPSET', DEFAULT_OPSET)
+    return low, min(high, onnx.defs.onnx_opset_version())
+
+
+def check_opset(opset, exporter: str = 'dynamo') -> int:
+    """``opset`` as an int if ``exporter`` can write it (:func:`opset_range`); an
+    :class:`ExportError` naming the range otherwise."""
+    low, high = opset_range(exporter)
+    if isinstance(opset, bool) or not isinstance(opset, int) or not low <= opset <= high:
+        raise ExportError(f'--opset {opset}: the {exporter} exporter writes ONNX opsets {low} to '
+                          f'{high} here (default {DEFAULT_OPSET})')
+    return opset
+
+
 class ExportError(UserError):
     """A model (or one of its operations) that cannot be exported: one line naming the module
     and what to do."""
@@ -294,6 +315,7 @@ def export_onnx(wrapper: ExportWrapper, example: torch.Tensor, path: str,
     import onnx
     if exporter not in EXPORTERS:
         raise ExportError(f'unknown exporter {exporter!r}; valid: {", ".join(EXPORTERS)}')
+    check_opset(opset, exporter)
     if dynamic_batch and example.shape[0] == 1:
         # torch.export specialises a dimension of size 1 (a "dynamic" batch of 1 would be
         # fixed to 1 inside the graph's reshapes): trace a batch of 2

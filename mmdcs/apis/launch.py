@@ -7,8 +7,12 @@ mmengine's ``Runner``; what differs is which package registers the config's unpr
 """
 import argparse
 import difflib
+import fnmatch
+import functools
 import importlib
+import importlib.util
 import inspect
+import math
 import os
 import os.path as osp
 import re
@@ -21,6 +25,7 @@ from typing import Any, Iterator, List, Optional, Tuple
 
 from mmengine.config import DictAction
 
+from mmdcs.checks import MAX_BATCH, MAX_IMAGE_SIDE, MAX_SEED, cpu_count, expected, fits
 from mmdcs.peers.ofb.arch import ArchFileError
 from mmdcs.selection import SubnetError
 from mmdcs.selection.budget import BudgetError
@@ -71,48 +76,50 @@ def _number(text: str, kind: type, what: str):
     return value
 
 
-def positive_int(text: str) -> int:
-    """argparse type of a size or count (an image side, a batch, repeats): an integer ≥ 1."""
-    value = _number(text, int, 'an integer ≥ 1')
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'must be an integer ≥ 1, got {value}')
-    return value
+def number_type(kind: type, name: str, low=None, high=None, why: str = '', **bounds):
+    """An argparse type (named ``name``): ``kind`` (int or float) finite and in the range,
+    with :func:`mmdcs.checks.check_number`'s bounds (``high`` may be a function, called when a
+    value is parsed: the CPU count); a refusal says what is expected (``must be an integer in
+    [1, 1024], got 5000``) and ``why`` where the bound needs a reason."""
+    def parse(text: str):
+        top = high() if callable(high) else high
+        what = expected(low, top, integer=kind is int, **bounds)
+        value = _number(text, kind, what)
+        if not fits(value, low, top, integer=kind is int, **bounds):
+            raise argparse.ArgumentTypeError(f'must be {what}{why}, got {text}')
+        return value
+
+    parse.__name__ = name
+    return parse
 
 
-#: the argparse type of every ``--shape H [W]`` / ``--size N`` (an image side in pixels)
-positive_size = positive_int
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type of a count that may be 0 (warm-up rounds; threads, 0 = all cores)."""
-    value = _number(text, int, 'an integer ≥ 0')
-    if value < 0:
-        raise argparse.ArgumentTypeError(f'must be an integer ≥ 0, got {value}')
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type of a scale or tolerance: a finite number > 0."""
-    value = _number(text, float, 'a number > 0')
-    if not 0 < value < float('inf'):
-        raise argparse.ArgumentTypeError(f'must be a number > 0, got {text}')
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """argparse type of a tolerance that may be 0: a finite number ≥ 0."""
-    value = _number(text, float, 'a number ≥ 0')
-    if not 0 <= value < float('inf'):
-        raise argparse.ArgumentTypeError(f'must be a number ≥ 0, got {text}')
-    return value
-
-
-def unit_ratio(text: str) -> float:
-    """argparse type of a kept ratio: a number in (0, 1]."""
-    value = _number(text, float, 'a ratio in (0, 1]')
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f'must be a ratio in (0, 1], got {text}')
-    return value
+#: argparse type of a count (repeats, epochs, rounds): an integer ≥ 1
+positive_int = number_type(int, 'positive_int', 1)
+#: argparse type of a count that may be 0 (warm-up rounds, validated subnets, refinements)
+non_negative_int = number_type(int, 'non_negative_int', 0)
+#: argparse type of every ``--shape H [W]`` / ``--size N``: an image side in pixels, at most
+#: :data:`~mmdcs.checks.MAX_IMAGE_SIDE`
+positive_size = number_type(int, 'positive_size', 1, MAX_IMAGE_SIDE,
+                            ' (an image side in pixels)')
+#: argparse type of every ``--batch`` / ``--batch-size``: images per call, at most
+#: :data:`~mmdcs.checks.MAX_BATCH`
+batch_size = number_type(int, 'batch_size', 1, MAX_BATCH, ' (images per call)')
+#: argparse type of every ``--threads``: at most the CPU cores of this machine
+thread_count = number_type(int, 'thread_count', 1, cpu_count,
+                           ' (at most the CPU cores of this machine)')
+#: ``--threads`` where 0 means all cores
+thread_count_or_all = number_type(int, 'thread_count_or_all', 0, cpu_count,
+                                  ' (0: all cores; at most the CPU cores of this machine)')
+#: argparse type of every ``--seed``: what numpy's and torch's generators take
+seed = number_type(int, 'seed', 0, MAX_SEED)
+#: argparse type of a scale or tolerance: a finite number > 0
+positive_float = number_type(float, 'positive_float', 0, low_open=True)
+#: argparse type of a tolerance that may be 0: a finite number ≥ 0
+non_negative_float = number_type(float, 'non_negative_float', 0)
+#: argparse type of a kept ratio: a number in (0, 1]
+unit_ratio = number_type(float, 'unit_ratio', 0, 1, low_open=True)
+#: argparse type of a budget or target below the baseline: a ratio in (0, 1)
+open_ratio = number_type(float, 'open_ratio', 0, 1, low_open=True, high_open=True)
 
 
 class ConfigOptions(DictAction):
@@ -139,6 +146,9 @@ def add_cfg_options(parser) -> None:
                         'train_cfg.max_epochs=2)')
 
 
+#: the configs of this repository (when it is a checkout)
+REPO_CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'configs')
+
 #: the config the tool loaded last (:func:`load_config`): where :func:`user_errors` looks up
 #: the key of a part of the config whose construction failed
 _LOADED_CONFIG: List[Any] = [None]
@@ -150,10 +160,9 @@ def load_config(path: str, cfg_options: Optional[dict] = None):
     if not osp.isfile(path):
         here = osp.abspath(path)
         hint = ''
-        repo_configs = osp.join(osp.dirname(osp.dirname(osp.dirname(__file__))), 'configs')
         name = osp.basename(path)
-        if osp.isdir(repo_configs):
-            matches = [osp.relpath(osp.join(d, f)) for d, _, fs in os.walk(repo_configs)
+        if osp.isdir(REPO_CONFIGS):
+            matches = [osp.relpath(osp.join(d, f)) for d, _, fs in os.walk(REPO_CONFIGS)
                        for f in fs if f == name]
             if matches:
                 hint = f' Did you mean: {", ".join(matches[:3])}?'
@@ -358,6 +367,240 @@ def check_schedule(cfg) -> None:
             'state refreshed at the end of an epoch, so it acts from the second epoch on')
 
 
+# ----------------------------------------------------------------------------- config pre-flight
+#: the parts of a config a run builds, by the dotted path of the dict (``*``: one key or list
+#: index, ``**``: any number of them), and the mmengine registry their ``type`` must resolve in
+#: (first match wins); where ``modes`` of :func:`check_config` use them
+CONFIG_TYPES: List[Tuple[str, str, Tuple[str, ...]]] = [
+    ('model', 'MODELS', ('train', 'test')),
+    ('model_wrapper_cfg', 'MODEL_WRAPPERS', ('train', 'test')),
+    ('optim_wrapper', 'OPTIM_WRAPPERS', ('train', )),
+    ('optim_wrapper.optimizer', 'OPTIMIZERS', ('train', )),
+    ('optim_wrapper.*.optimizer', 'OPTIMIZERS', ('train', )),
+    ('optim_wrapper.*', 'OPTIM_WRAPPERS', ('train', )),
+    ('param_scheduler', 'PARAM_SCHEDULERS', ('train', )),
+    ('param_scheduler.*', 'PARAM_SCHEDULERS', ('train', )),
+    ('param_scheduler.*.*', 'PARAM_SCHEDULERS', ('train', )),
+    ('train_cfg', 'LOOPS', ('train', )), ('val_cfg', 'LOOPS', ('train', )),
+    ('test_cfg', 'LOOPS', ('test', )),
+    ('train_dataloader.**.dataset', 'DATASETS', ('train', )),
+    ('val_dataloader.**.dataset', 'DATASETS', ('train', )),
+    ('test_dataloader.**.dataset', 'DATASETS', ('test', )),
+    ('train_dataloader.**.datasets.*', 'DATASETS', ('train', )),
+    ('val_dataloader.**.datasets.*', 'DATASETS', ('train', )),
+    ('test_dataloader.**.datasets.*', 'DATASETS', ('test', )),
+    ('train_dataloader.**.pipeline.*', 'TRANSFORMS', ('train', )),
+    ('val_dataloader.**.pipeline.*', 'TRANSFORMS', ('train', )),
+    ('test_dataloader.**.pipeline.*', 'TRANSFORMS', ('test', )),
+    ('train_dataloader.*sampler', 'DATA_SAMPLERS', ('train', )),
+    ('val_dataloader.*sampler', 'DATA_SAMPLERS', ('train', )),
+    ('test_dataloader.*sampler', 'DATA_SAMPLERS', ('test', )),
+    ('val_evaluator', 'METRICS|EVALUATOR', ('train', )),
+    ('val_evaluator.*', 'METRICS', ('train', )),
+    ('test_evaluator', 'METRICS|EVALUATOR', ('test', )),
+    ('test_evaluator.*', 'METRICS', ('test', )),
+    ('default_hooks.*', 'HOOKS', ('train', 'test')),
+    ('custom_hooks.*', 'HOOKS', ('train', 'test')),
+    ('visualizer', 'VISUALIZERS', ('train', 'test')),
+    ('visualizer.vis_backends.*', 'VISBACKENDS', ('train', 'test')),
+    ('log_processor', 'LOG_PROCESSORS', ('train', 'test')),
+]
+#: types named by a string alone, by the path of the string (as :data:`CONFIG_TYPES`)
+CONFIG_TYPE_NAMES: List[Tuple[str, str, Tuple[str, ...]]] = [
+    ('optim_wrapper.constructor', 'OPTIM_WRAPPER_CONSTRUCTORS', ('train', )),
+    ('runner_type', 'RUNNERS', ('train', 'test')),
+]
+#: the numbers of the runner's settings that a run uses, by dotted path (as
+#: :data:`CONFIG_TYPES`) and mode: their type and range (:func:`mmdcs.checks.check_number`)
+CONFIG_NUMBERS: List[Tuple[str, dict, Tuple[str, ...]]] = [
+    ('train_cfg.max_epochs', dict(low=1, integer=True), ('train', )),
+    ('train_cfg.max_iters', dict(low=1, integer=True), ('train', )),
+    ('train_cfg.val_interval', dict(low=1, integer=True), ('train', )),
+    ('train_cfg.val_begin', dict(low=0, integer=True), ('train', )),
+    ('train_dataloader.batch_size', dict(low=1, integer=True), ('train', )),
+    ('val_dataloader.batch_size', dict(low=1, integer=True), ('train', )),
+    ('test_dataloader.batch_size', dict(low=1, integer=True), ('test', )),
+    ('train_dataloader.num_workers', dict(low=0, integer=True), ('train', )),
+    ('val_dataloader.num_workers', dict(low=0, integer=True), ('train', )),
+    ('test_dataloader.num_workers', dict(low=0, integer=True), ('test', )),
+    ('optim_wrapper.**.optimizer.lr', dict(low=0), ('train', )),
+    ('optim_wrapper.**.optimizer.weight_decay', dict(low=0), ('train', )),
+    ('optim_wrapper.**.optimizer.momentum', dict(low=0, high=1), ('train', )),
+    ('optim_wrapper.**.optimizer.eps', dict(low=0), ('train', )),
+    ('optim_wrapper.**.optimizer.betas.*', dict(low=0, high=1, high_open=True), ('train', )),
+    ('optim_wrapper.**.accumulative_counts', dict(low=1, integer=True), ('train', )),
+    ('optim_wrapper.**.clip_grad.max_norm', dict(low=0, low_open=True), ('train', )),
+    ('param_scheduler.**.begin', dict(low=0, integer=True), ('train', )),
+    ('param_scheduler.**.end', dict(low=1, integer=True), ('train', )),
+    ('param_scheduler.**.T_max', dict(low=0, low_open=True), ('train', )),
+    ('param_scheduler.**.eta_min', dict(low=0), ('train', )),
+    ('auto_scale_lr.base_batch_size', dict(low=1, integer=True), ('train', )),
+    ('default_hooks.logger.interval', dict(low=1, integer=True), ('train', 'test')),
+    ('default_hooks.checkpoint.max_keep_ckpts', dict(low=-1, integer=True), ('train', )),
+    ('randomness.seed', dict(low=0, high=MAX_SEED, integer=True, none=True), ('train', 'test')),
+]
+
+
+def _items(node, path: Tuple[str, ...] = ()) -> Iterator[Tuple[Tuple[str, ...], Any]]:
+    """(path, value) of every value of a config, depth first (list items by index)."""
+    yield path, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _items(v, path + (str(k), ))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from _items(v, path + (str(i), ))
+
+
+def _matches(pattern: str, path: Tuple[str, ...]) -> bool:
+    """Whether ``path`` fits ``pattern`` (``*`` one part, with fnmatch wildcards inside a
+    part; ``**`` any number of parts)."""
+    parts = pattern.split('.')
+    if parts[0] == '**':
+        rest = '.'.join(parts[1:])
+        return any(_matches(rest, path[i:]) for i in range(len(path) + 1))
+    return bool(path) and fnmatch.fnmatchcase(path[0], parts[0]) and (
+        _matches('.'.join(parts[1:]), path[1:]) if len(parts) > 1 else len(path) == 1)
+
+
+def _shown(path: Tuple[str, ...], value) -> str:
+    return f'{".".join(path)} = {value!r}'
+
+
+def _number_problems(cfg, modes: Tuple[str, ...]) -> List[str]:
+    """NaN or an infinity anywhere in the config; the runner's numbers out of type or range
+    (:data:`CONFIG_NUMBERS`) for the run's ``modes``."""
+    problems = []
+    for path, value in _items(cfg):
+        if isinstance(value, float) and not math.isfinite(value):
+            problems.append(f'{_shown(path, value)}: not a finite number')
+            continue
+        rule = next((r for p, r, m in CONFIG_NUMBERS if set(m) & set(modes) and
+                     _matches(p, path)), None)
+        if rule is not None and not fits(value, **rule):
+            problems.append(f'{_shown(path, value)}: must be {expected(**rule)}')
+    return problems
+
+
+def _type_problems(cfg, scope: str, modes: Tuple[str, ...]) -> List[str]:
+    """Every ``type`` of the parts of :data:`CONFIG_TYPES` a run of ``modes`` builds resolves
+    in its registry, as mmengine resolves it (the default scope, ``scope.Name``, a dict's
+    ``_scope_``): an unknown name is refused with the close ones, before anything is built."""
+    import mmengine.registry as registries
+    problems = []
+    for path, part in _items(cfg):
+        if isinstance(part, dict) and isinstance(part.get('type'), str):
+            rules, kind, key = CONFIG_TYPES, part['type'], path + ('type', )
+            part_scope = part.get('_scope_', None) or scope
+        elif isinstance(part, str):  # a type given by name alone (``constructor=...``)
+            rules, kind, key, part_scope = CONFIG_TYPE_NAMES, part, path, scope
+        else:
+            continue
+        names = next((r for p, r, m in rules if set(m) & set(modes) and _matches(p, path)),
+                     None)
+        if names is None:
+            continue
+        regs = [getattr(registries, n) for n in names.split('|')]
+        found = False
+        for reg in regs:
+            with reg.switch_scope_and_registry(part_scope) as r:
+                found = found or r.get(kind) is not None
+        if not found:
+            problems.append(f'{_shown(key, kind)}: not a registered {regs[0].name} (default '
+                            f'scope {part_scope}).{_type_hint(kind, regs[0].name)}')
+    return problems
+
+
+@functools.lru_cache(maxsize=None)
+def known_config_keys() -> frozenset:
+    """The top-level keys a config may have: the arguments of mmengine's ``Runner`` and
+    ``FlexibleRunner``, the keys the runner's module reads from a config (``cfg.get('...')``),
+    mmdcs's own (the checkpoint trust options), and the names every config of the installed
+    task packages (mmpretrain, mmdet, mmseg) and of this repository's ``configs/`` defines at
+    its top level (their own settings and helper variables: ``train_pipeline``,
+    ``dataset_type`` ...)."""
+    import ast
+    import glob
+
+    from mmengine.runner import FlexibleRunner, Runner
+    from mmengine.runner import runner as runner_module
+    keys = set()
+    for cls in (Runner, FlexibleRunner):
+        keys.update(inspect.signature(cls.__init__).parameters)
+    keys.update(re.findall(r"""cfg(?:\.get\(|\[)['"](\w+)['"]""",
+                           inspect.getsource(runner_module)))
+    keys.update({TRUST_KEY, PARTIAL_KEY, 'runner_type', 'model_wrapper_cfg', 'tta_model',
+                 'tta_pipeline', '_base_'})
+    folders = [REPO_CONFIGS]
+    for package, _ in set(TASK_PACKAGES.values()):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            here = osp.dirname(spec.origin)
+            folders += [osp.join(here, '.mim', 'configs'), osp.join(here, 'configs')]
+    for folder in folders:
+        for path in glob.glob(osp.join(folder, '**', '*.py'), recursive=True):
+            try:
+                with open(path, encoding='utf-8') as f:
+                    tree = ast.parse(f.read())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            for node in tree.body:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                    if isinstance(node, ast.AnnAssign) else []
+                keys.update(t.id for t in targets if isinstance(t, ast.Name))
+    keys.discard('self')
+    return frozenset(keys)
+
+
+def _typos(a: str, b: str) -> int:
+    """The typing slips between two keys: characters inserted, deleted, replaced or two
+    neighbours swapped (optimal string alignment distance)."""
+    d = [[i + j if not i * j else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[-1][-1]
+
+
+def _key_problems(cfg) -> List[str]:
+    """Top-level keys that nothing reads and that are a typo of a key that something does
+    (one slip, two in a key of ten characters or more: ``train_cfgg``, ``optim_wraper``,
+    ``modle``): the setting would silently stay at its default. A key that is no typo of a
+    known one is kept: a config's own helper variable, as OpenMMLab configs define them."""
+    known = known_config_keys()
+    problems = []
+    for key in cfg:
+        if key in known or key.startswith('_'):
+            continue
+        slips = 1 if len(key) < 10 else 2
+        close = sorted((_typos(key, k), k) for k in known if abs(len(k) - len(key)) <= slips)
+        if close and close[0][0] <= slips:
+            problems.append(f'unknown top-level key {key!r}: nothing reads it (did you mean '
+                            f'{close[0][1]!r}? a helper variable of your own: give it another '
+                            'name)')
+    return problems
+
+
+def check_config(cfg, scope: str, mode: Optional[str] = None) -> None:
+    """The config pre-flight, before anything is built or written: no NaN or infinity
+    anywhere; no top-level key that is a typo of a known one (:func:`_key_problems`); for
+    a run (``mode`` 'train' or 'test', what ``tools/train.py`` / ``tools/test.py`` build) the
+    runner's numbers of the right type and range (:data:`CONFIG_NUMBERS`: epochs, batch size,
+    workers, lr, ...) and every ``type`` of the parts it builds registered
+    (:data:`CONFIG_TYPES`: optimizer, scheduler, dataset, transforms, hooks, ...). Every
+    problem in one :class:`UserError` line."""
+    cfg = getattr(cfg, '_cfg_dict', cfg)
+    modes = (mode, ) if mode else ()
+    problems = _key_problems(cfg) + _number_problems(cfg, modes)
+    if mode:
+        problems += _type_problems(cfg, scope, modes)
+    if problems:
+        raise UserError('config: ' + ' | '.join(dict.fromkeys(problems)))
+
+
 def set_work_dir(cfg, config_path: str, work_dir: Optional[str]) -> None:
     """work_dir priority: CLI > config > ./work_dirs/<config name> (as mmpretrain/mmdet)."""
     if work_dir is not None:
@@ -491,14 +734,20 @@ def build_runner(cfg):
 
 def _registry_hint(message: str) -> str:
     """Suggest close names for mmengine's "X is not in the <scope>::<name> registry"."""
-    from mmengine.registry import Registry
-    import mmengine.registry as roots
     try:
         key = message.split(' is not in the ')[0].strip("'\" ")
         where = message.split(' is not in the ')[1].split(' registry')[0]
         reg_name = where.split('::')[1]
     except IndexError:
         return ''
+    return _type_hint(key, reg_name)
+
+
+def _type_hint(key: str, reg_name: str) -> str:
+    """Close names of the type ``key`` among the registries named ``reg_name`` of every scope
+    (only ``mmdcs``'s for ``mmdcs.Name``)."""
+    from mmengine.registry import Registry
+    import mmengine.registry as roots
     scope, _, name = key.rpartition('.')
     names = set()
     for obj in vars(roots).values():
@@ -722,9 +971,10 @@ def _explain(exc: BaseException, value: Any) -> str:
     with a number (an empty or non-numeric ``--cfg-options`` value: ``tau=``, ``tau=abc``) is
     said to be that, with the original message in brackets."""
     text = _one_line(exc)
-    if isinstance(value, str) and re.search(r"\bstr(ing)?\b", text) and re.search(
+    if isinstance(value, str) and (re.search(r"\bstr(ing)?\b", text) and re.search(
             r'not supported between|unsupported operand|must be real number|convert string|'
-            r"can't multiply|not str\b|must be .*not 'str'|could not convert", text):
+            r"can't multiply|not str\b|must be .*not 'str'|could not convert", text) or
+            re.search(r'must be (a finite number|an integer)\b', text)):
         what = 'the value is empty' if not value.strip() else f'{value!r} is not a number'
         return f'{what}; a number is expected here ({text})'
     return text

@@ -15,9 +15,9 @@ import torch.nn as nn
 
 from mmdcs.analysis.complexity import nominal_input_size
 from mmdcs.models.backbones import SelectableBackbone
-from mmdcs.selection import SubnetSpec, in_search_state, prune_state_dict, search_state_keys
-from mmdcs.utils.checkpoint import complete_loads, save_weights
-from .launch import UserError, load_config, prepare_task
+from mmdcs.selection import (SubnetSpec, in_search_state, prune_state_dict, search_state_keys)
+from mmdcs.utils.checkpoint import (complete_loads, save_weights)
+from .launch import (UserError, check_config, load_config, prepare_task)
 
 Size = Tuple[int, int]
 
@@ -33,6 +33,7 @@ def load_task_config(config: str, cfg_options: Optional[dict] = None):
     if not isinstance(cfg.get('model', None), dict):
         raise UserError(f'{config}: the config has no `model` dict')
     scope = prepare_task(cfg)
+    check_config(cfg, scope)  # no NaN, no misspelt top-level key
     return cfg, scope
 
 

@@ -34,9 +34,11 @@ category id (so class ``i`` of :data:`SEG_CLASSES` is category id ``i``;
 255 is never used).
 
 :func:`build_all` writes ``OUT/build_info.json`` (arguments and summary) last,
-so its presence marks a complete build. Rebuilding replaces ``OUT/cls`` and
-``OUT/scenes``. The same arguments give byte-identical files (for a given
-numpy/Pillow/pycocotools).
+so its presence marks a complete build and records what it was built with.
+A build already in ``OUT`` made with other arguments (or one without that
+record) is refused (:class:`DataBuildError`) unless ``force``: rebuilding
+replaces ``OUT/cls`` and ``OUT/scenes``. The same arguments give
+byte-identical files (for a given numpy/Pillow/pycocotools).
 
 This module uses numpy, Pillow, scikit-learn and pycocotools only.
 """
@@ -56,7 +58,7 @@ __all__ = [
     'DIGIT_CLASSES', 'SEG_CLASSES', 'SEG_PALETTE', 'NUM_SOURCE_IMAGES',
     'MASK_THRESHOLD', 'load_source_digits', 'split_indices', 'render_digit',
     'default_digit_size', 'build_classification', 'build_scenes', 'build_all',
-    'read_build_info'
+    'read_build_info', 'build_args', 'check_build', 'DataBuildError'
 ]
 
 #: Class names of the classification set and of the COCO categories
@@ -213,9 +215,16 @@ def _save_png(array, path):
 
 
 def _invalidate_build_info(out_dir):
-    path = osp.join(out_dir, BUILD_INFO)
-    if osp.exists(path):
-        os.remove(path)
+    """A part rebuilt alone: the record of a complete build no longer holds
+    (the record of a build in progress, :func:`build_all`'s, stays)."""
+    info = read_build_info(out_dir)
+    if isinstance(info, dict) and 'counts' in info:
+        os.remove(osp.join(out_dir, BUILD_INFO))
+
+
+def _write_build_info(out_dir, info):
+    """``OUT/build_info.json``, atomically and never through a planted link."""
+    atomic_write(osp.join(out_dir, BUILD_INFO), json.dumps(info, indent=2))
 
 
 def _fresh_dir(path):
@@ -485,29 +494,24 @@ def read_build_info(out_dir):
         return None
 
 
-def build_all(out_dir,
-              size=64,
-              val_ratio=0.2,
-              seed=0,
-              max_per_class=None,
-              canvas=128,
-              scenes_train=200,
-              scenes_val=50,
-              min_digits=2,
-              max_digits=5,
-              digit_size=None,
-              skip_existing=False):
-    """Build the classification set and the scenes from one split.
+class DataBuildError(ValueError):
+    """``OUT`` holds a build (or files) that a build with the given arguments
+    would replace: the message names the differing arguments."""
 
-    All arguments are validated before anything is written. With
-    ``skip_existing=True`` nothing is done when ``OUT/build_info.json``
-    records a complete build with the same arguments.
 
-    Returns:
-        dict: ``out_dir``, ``skipped`` (bool), ``args``, ``cls`` and
-        ``scenes`` (the summaries of :func:`build_classification` and
-        :func:`build_scenes`).
-    """
+def build_args(size=64,
+               val_ratio=0.2,
+               seed=0,
+               max_per_class=None,
+               canvas=128,
+               scenes_train=200,
+               scenes_val=50,
+               min_digits=2,
+               max_digits=5,
+               digit_size=None):
+    """The arguments of :func:`build_all`, validated and normalised as
+    ``OUT/build_info.json`` records them (a ``ValueError`` naming a bad
+    one)."""
     canvas = _check_int('canvas', canvas, multiple_of=32)
     args = dict(
         size=_check_int('size', size, multiple_of=8),
@@ -523,17 +527,80 @@ def build_all(out_dir,
     if args['max_digits'] < args['min_digits']:
         raise ValueError(f'max_digits ({max_digits}) must be >= min_digits '
                          f'({min_digits})')
-    out_dir = osp.abspath(out_dir)
+    return args
 
-    if skip_existing:
+
+def check_build(out_dir, args, force=False):
+    """What ``OUT`` holds for a build with ``args`` (:func:`build_args`):
+    ``'complete'`` (a complete build made with them), ``'partial'`` (one
+    begun with them, not finished), ``'none'`` (no build). A build made with
+    other arguments, or ``cls`` / ``scenes`` folders without the record of
+    their build, raise :class:`DataBuildError` naming the difference, unless
+    ``force``. Reads only: a tool calls it before any work."""
+    info = read_build_info(out_dir)
+    ours = isinstance(info, dict) and \
+        info.get('format_version') == FORMAT_VERSION
+    if ours and info.get('args') == args:
+        done = 'counts' in info and all(
+            osp.isfile(p) for p in _expected_files(out_dir))
+        return 'complete' if done else 'partial'
+    present = [n for n in ('cls', 'scenes')
+               if osp.lexists(osp.join(out_dir, n))]
+    if force or (info is None and not present):
+        return 'none'
+    if ours and isinstance(info.get('args'), dict):
+        old = info['args']
+        diff = ', '.join(f'{k}={old.get(k)!r} there, {v!r} asked'
+                         for k, v in args.items() if old.get(k) != v)
+        what = f'a digits build made with other arguments ({diff})'
+    else:
+        what = (f'{" and ".join(present) or BUILD_INFO} without a record of '
+                f'a digits build it could be checked against')
+    raise DataBuildError(
+        f'{out_dir} holds {what}: building here would replace it; use '
+        'another folder, or replace it (python tools/data/build_digits.py '
+        f'--out {out_dir} --force, with the arguments you want)')
+
+
+def build_all(out_dir,
+              size=64,
+              val_ratio=0.2,
+              seed=0,
+              max_per_class=None,
+              canvas=128,
+              scenes_train=200,
+              scenes_val=50,
+              min_digits=2,
+              max_digits=5,
+              digit_size=None,
+              skip_existing=False,
+              force=False):
+    """Build the classification set and the scenes from one split.
+
+    All arguments are validated, and ``OUT`` checked (:func:`check_build`),
+    before anything is written: a build there made with other arguments is
+    refused unless ``force``. With ``skip_existing=True`` nothing is done
+    when ``OUT/build_info.json`` records a complete build with the same
+    arguments.
+
+    Returns:
+        dict: ``out_dir``, ``skipped`` (bool), ``args``, ``cls`` and
+        ``scenes`` (the summaries of :func:`build_classification` and
+        :func:`build_scenes`).
+    """
+    args = build_args(size, val_ratio, seed, max_per_class, canvas,
+                      scenes_train, scenes_val, min_digits, max_digits,
+                      digit_size)
+    out_dir = osp.abspath(out_dir)
+    state = check_build(out_dir, args, force)
+    if skip_existing and state == 'complete':
         info = read_build_info(out_dir)
-        if (info is not None and info.get('format_version') == FORMAT_VERSION
-                and info.get('args') == args
-                and all(osp.isfile(p) for p in _expected_files(out_dir))):
-            return _full_summary(out_dir, args, info['counts'], skipped=True)
+        return _full_summary(out_dir, args, info['counts'], skipped=True)
 
     os.makedirs(out_dir, exist_ok=True)
-    _invalidate_build_info(out_dir)
+    # the arguments first (a build in progress: no counts), so that an
+    # interrupted build is known as this one's; the counts last
+    _write_build_info(out_dir, dict(format_version=FORMAT_VERSION, args=args))
     cls_summary = build_classification(
         out_dir,
         size=args['size'],
@@ -557,10 +624,9 @@ def build_all(out_dir,
              for k, v in cls_summary.items() if k != 'root'},
         scenes={k: v
                 for k, v in scenes_summary.items() if k != 'root'})
-    # written last: its presence marks a complete build (never through a planted link)
-    atomic_write(osp.join(out_dir, BUILD_INFO),
-                 json.dumps(dict(format_version=FORMAT_VERSION, args=args, counts=counts),
-                            indent=2))
+    # written last: its counts mark a complete build (never through a planted link)
+    _write_build_info(
+        out_dir, dict(format_version=FORMAT_VERSION, args=args, counts=counts))
     return _full_summary(out_dir, args, counts, skipped=False)
 
 

@@ -20,6 +20,7 @@ from mmengine.hooks import Hook
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper, OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop
 
+from mmdcs.checks import check_number
 from mmdcs.registry import HOOKS, OPTIM_WRAPPER_CONSTRUCTORS
 from mmdcs.utils.errors import ConfigError
 from .utils import unwrap_model
@@ -48,12 +49,11 @@ class DynamicViTOptimWrapperConstructor(DefaultOptimWrapperConstructor):
 
     def __init__(self, optim_wrapper_cfg: dict, paramwise_cfg=None):
         cfg = dict(optim_wrapper_cfg)
-        self.backbone_lr_scale = float(cfg.pop('backbone_lr_scale', 0.01))
+        self.backbone_lr_scale = check_number(cfg.pop('backbone_lr_scale', 0.01),
+                                              'DynamicViTOptimWrapperConstructor: '
+                                              'backbone_lr_scale', 0)
         self.new_param_keys = tuple(cfg.pop('new_param_keys', NEW_PARAM_KEYS))
         self.frozen_param_keys = tuple(cfg.pop('frozen_param_keys', FROZEN_PARAM_KEYS))
-        if not self.backbone_lr_scale >= 0:
-            raise ValueError('DynamicViTOptimWrapperConstructor: backbone_lr_scale must be ≥ 0, '
-                             f'got {self.backbone_lr_scale}')
         if paramwise_cfg:
             raise ValueError('DynamicViTOptimWrapperConstructor: paramwise_cfg is not used (the '
                              'groups follow the public recipe); use backbone_lr_scale, '
@@ -114,10 +114,7 @@ class DynamicViTFreezeHook(Hook):
     priority = 'NORMAL'
 
     def __init__(self, fix_step: int = 5):
-        if int(fix_step) != fix_step or fix_step < 0:
-            raise ValueError(f'DynamicViTFreezeHook: fix_step must be an integer ≥ 0, got '
-                             f'{fix_step}')
-        self.fix_step = int(fix_step)
+        self.fix_step = check_number(fix_step, 'DynamicViTFreezeHook: fix_step', 0, integer=True)
         self._saved: List[tuple] = []
 
     def _groups(self, runner) -> List[dict]:

@@ -9,6 +9,7 @@ from typing import Dict, Optional
 
 from mmengine.hooks import Hook
 
+from mmdcs.checks import check_number
 from mmdcs.registry import HOOKS
 from mmdcs.regularizers import eta_ramp
 from mmdcs.selection import gates, set_temperature
@@ -45,17 +46,15 @@ class TemperatureHook(Hook):
 
     def __init__(self, start: float = 4.5, factor: float = 0.95, by: str = 'epoch',
                  iter_factor: Optional[float] = None, min_tau: Optional[float] = None):
-        if not start > 0:
-            raise ValueError(f'TemperatureHook: start (τ0) must be > 0, got {start}')
-        if not 0 < factor <= 1:
-            raise ValueError(f'TemperatureHook: factor must be in (0, 1], got {factor}')
+        start = check_number(start, 'TemperatureHook: start (τ0)', 0, low_open=True)
+        factor = check_number(factor, 'TemperatureHook: factor', 0, 1, low_open=True)
         if by not in ('epoch', 'iter'):
             raise ValueError(f"TemperatureHook: by must be 'epoch' or 'iter', got {by!r}")
-        if iter_factor is not None and not 0 < iter_factor <= 1:
-            raise ValueError(f'TemperatureHook: iter_factor must be in (0, 1], got {iter_factor}')
-        if min_tau is not None and not 0 < min_tau <= start:
-            raise ValueError(f'TemperatureHook: min_tau must be in (0, start], got {min_tau}')
-        self.start, self.factor, self.by = float(start), float(factor), by
+        iter_factor = check_number(iter_factor, 'TemperatureHook: iter_factor', 0, 1,
+                                   low_open=True, none=True)
+        min_tau = check_number(min_tau, f'TemperatureHook: min_tau (≤ start = {start})', 0,
+                               start, low_open=True, none=True)
+        self.start, self.factor, self.by = start, factor, by
         self.iter_factor, self.min_tau = iter_factor, min_tau
 
     def tau_at(self, epoch: int = 0, iteration: int = 0, iters_per_epoch: int = 1) -> float:

@@ -25,6 +25,7 @@ from mmengine.logging import print_log
 from mmengine.model import is_model_wrapper
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 
+from mmdcs.checks import check_number
 from mmdcs.peers.ofb import linear_schedule
 from mmdcs.registry import HOOKS, OPTIM_WRAPPER_CONSTRUCTORS
 from mmdcs.utils.errors import ConfigError
@@ -48,18 +49,15 @@ class OFBSearchHook(Hook):
 
     def __init__(self, warmup_epochs: float = 20, w_p=(0.99, 0.1), keep_ratio=(0.95, 0.75),
                  interval: Union[int, str] = 'auto', threshold: float = 0.2):
-        if not warmup_epochs >= 0:
-            raise ValueError(f'OFBSearchHook: warmup_epochs must be ≥ 0, got {warmup_epochs}')
-        for name, pair, low in (('w_p', w_p, 0.), ('keep_ratio', keep_ratio, 1e-9)):
-            if len(pair) != 2 or not all(low <= float(v) <= 1 for v in pair):
-                raise ValueError(f'OFBSearchHook: {name} must be (start, end) in '
-                                 f'{"[0, 1]" if low == 0 else "(0, 1]"}, got {pair}')
-        if interval != 'auto' and not (isinstance(interval, int) and interval >= 1):
-            raise ValueError(f"OFBSearchHook: interval must be 'auto' or an int ≥ 1, got "
-                             f'{interval!r}')
-        if not 0 < threshold < 1:
-            raise ValueError(f'OFBSearchHook: threshold must be in (0, 1), got {threshold}')
-        self.warmup_epochs = float(warmup_epochs)
+        self.warmup_epochs = check_number(warmup_epochs, 'OFBSearchHook: warmup_epochs', 0)
+        for name, pair, low_open in (('w_p', w_p, False), ('keep_ratio', keep_ratio, True)):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                raise ValueError(f'OFBSearchHook: {name} must be (start, end), got {pair!r}')
+            for v in pair:
+                check_number(v, f'OFBSearchHook: {name} (start, end)', 0, 1, low_open=low_open)
+        if interval != 'auto':
+            check_number(interval, "OFBSearchHook: interval ('auto' or)", 1, integer=True)
+        check_number(threshold, 'OFBSearchHook: threshold', 0, 1, low_open=True, high_open=True)
         self.w_p = tuple(float(v) for v in w_p)
         self.keep_ratio = tuple(float(v) for v in keep_ratio)
         self.interval = interval
@@ -169,8 +167,8 @@ class OFBOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         if 'lr' in cfg and 'lr_mult' in cfg:
             raise ValueError(f'paramwise_cfg.{name}: give lr or lr_mult, not both')
         for k in ('lr', 'lr_mult', 'weight_decay'):
-            if k in cfg and not float(cfg[k]) >= 0:
-                raise ValueError(f'paramwise_cfg.{name}.{k} must be ≥ 0, got {cfg[k]}')
+            if k in cfg:
+                check_number(cfg[k], f'paramwise_cfg.{name}.{k}', 0)
         return cfg
 
     def __call__(self, model) -> OptimWrapper:

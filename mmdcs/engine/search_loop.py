@@ -42,6 +42,7 @@ from mmengine.optim import OptimWrapperDict
 from mmengine.runner import EpochBasedTrainLoop
 from torch.utils.data import DataLoader, Subset
 
+from mmdcs.checks import check_number
 from mmdcs.registry import LOOPS
 from .utils import unwrap_model
 
@@ -50,8 +51,7 @@ STEP_KINDS = ('weight', 'arch')
 
 def split_indices(n: int, arch_ratio: float, seed: int) -> Tuple[List[int], List[int]]:
     """A fixed, seeded split of ``range(n)`` into (weight indices, architecture indices)."""
-    if not 0 < arch_ratio < 1:
-        raise ValueError(f'arch_ratio must be in (0, 1), got {arch_ratio}')
+    check_number(arch_ratio, 'arch_ratio', 0, 1, low_open=True, high_open=True)
     n_arch = int(round(arch_ratio * n))
     if n_arch < 1 or n - n_arch < 1:
         raise ValueError(f'the search needs data for both steps: {n} samples with arch_ratio '

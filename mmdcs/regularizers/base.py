@@ -17,11 +17,12 @@ A new regulariser subclasses :class:`Regularizer`, keeps its tensors in a
 :data:`REGULARIZERS` with :func:`register`; ``ChannelSelectionClassifier(regularizer=dict(
 type=NAME, ...))`` then builds it by name (:func:`build_regularizer`).
 """
-import math
 from typing import Callable, Dict, Optional
 
 import torch
 from torch import Tensor
+
+from mmdcs.checks import check_number
 
 from .state import TensorState
 
@@ -97,10 +98,8 @@ def eta_ramp(iteration: int, iters_per_epoch: int, t_warm: int, ramp: float) -> 
     all of it. ``ramp = 0`` is the papers' step (1 from i₀ on). A function of the iteration
     only, so a resumed run continues the same schedule (method.md §4.3).
     """
-    if iters_per_epoch < 1:
-        raise ValueError(f'iters_per_epoch must be ≥ 1, got {iters_per_epoch}')
-    if not (isinstance(ramp, (int, float)) and math.isfinite(ramp) and ramp >= 0):
-        raise ValueError(f'regularizer.ramp (epochs) must be ≥ 0, got {ramp!r}')
+    check_number(iters_per_epoch, 'iters_per_epoch', 1, integer=True)
+    ramp = check_number(ramp, 'regularizer.ramp', 0)  # epochs
     start = t_warm * iters_per_epoch
     if iteration < start:
         return 0.0

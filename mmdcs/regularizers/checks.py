@@ -1,23 +1,20 @@
-"""Argument checks of the regularisers: each raises a ``ValueError`` that names the argument."""
-import math
-from numbers import Integral, Real
+"""Argument checks of the regularisers: each raises a ``ValueError`` that names the argument
+(the numbers through :func:`mmdcs.checks.check_number`, as every constructor of mmdcs)."""
 from typing import Optional
 
 import torch
 from torch import Tensor
 
+from mmdcs.checks import check_number
+
 
 def check_scale(s, name: str = 's') -> float:
-    if isinstance(s, bool) or not isinstance(s, Real) or not math.isfinite(s) or s <= 0:
-        raise ValueError(f'{name} (the soft-assignment scale) must be a finite number > 0, '
-                         f'got {s!r}')
-    return float(s)
+    """A scale (the soft-assignment scale ``s``, ``q_min``): a finite number > 0."""
+    return check_number(s, name, 0, low_open=True)
 
 
 def check_int(v, name: str, minimum: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, Integral) or v < minimum:
-        raise ValueError(f'{name} must be an integer >= {minimum}, got {v!r}')
-    return int(v)
+    return check_number(v, name, minimum, integer=True)
 
 
 def check_matrix(x, name: str, dim: Optional[int] = None) -> Tensor:

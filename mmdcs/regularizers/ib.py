@@ -91,6 +91,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmdcs.checks import check_number
+
 from .base import Regularizer, register, unit_rows
 from .checks import check_int, check_labels, check_matrix, check_scale
 from .distributed import all_gather_rows, all_reduce_sum_, broadcast_, world_size
@@ -323,9 +325,7 @@ class IBState(TensorState):
         self.feat_dim = check_int(feat_dim, 'feat_dim', 1)
         self.input_dim = check_int(input_dim, 'input_dim', 1)
         self.s = check_scale(s)
-        self.q_min = check_scale(q_min, 'q_min')
-        if q_min >= 1:
-            raise ValueError(f'q_min must be in (0, 1), got {q_min!r}')
+        self.q_min = check_number(q_min, 'q_min', 0, 1, low_open=True, high_open=True)
         if init_samples is None:
             init_samples = max(4 * num_classes, 256)
         self.init_samples = check_int(init_samples, 'init_samples', num_classes)

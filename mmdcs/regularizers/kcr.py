@@ -60,13 +60,14 @@ layer from W_1 = 0 (the theorem's setting, KCR paper eq. 5-7; :func:`gd_residual
 :func:`gd_residual_from_stats`). Table 4's "KCL" is not defined in the seed; it is not computed.
 """
 import math
-from numbers import Real
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from .base import Regularizer, register, unit_rows
+from mmdcs.checks import check_number
+
 from .checks import check_int, check_labels, check_matrix
 from .distributed import all_gather_rows, all_reduce_sum_
 from .state import TensorState
@@ -86,11 +87,8 @@ def _float_features(features: Tensor, dim: int) -> Tensor:
 
 
 def _check_gamma(gamma) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, Real) or not math.isfinite(gamma) \
-            or not 0 < gamma <= 1:
-        raise ValueError(f'gamma (the rank ratio of r = ceil(gamma * min(n, d))) must be in '
-                         f'(0, 1], got {gamma!r}')
-    return float(gamma)
+    """γ, the rank ratio of r = ⌈γ·min(n, d)⌉: in (0, 1]."""
+    return check_number(gamma, 'gamma', 0, 1, low_open=True)
 
 
 def rank_for(gamma: float, n: int, d: int) -> int:
@@ -163,10 +161,8 @@ def kernel_complexity(eigvals: Tensor, n: int, r0: Optional[int] = None) -> Tupl
 
 
 def _check_gd(lr, steps) -> Tuple[float, int]:
-    if isinstance(lr, bool) or not isinstance(lr, Real) or not math.isfinite(lr) or lr <= 0:
-        raise ValueError(f'lr (the gradient-descent step η of the theorem) must be > 0, '
-                         f'got {lr!r}')
-    return float(lr), check_int(steps, 'steps', 0)
+    # lr: the gradient-descent step η of the theorem
+    return check_number(lr, 'lr', 0, low_open=True), check_int(steps, 'steps', 0)
 
 
 def gd_residual(features: Tensor, targets: Tensor, lr: float, steps: int) -> Tensor:
@@ -222,8 +218,7 @@ def kcr_bounds(residual, kc, n: int, x: float = 1.0) -> KCRBounds:
     with an expected per-sample loss.
     """
     n = check_int(n, 'n', 1)
-    if isinstance(x, bool) or not isinstance(x, Real) or not x > 0:
-        raise ValueError(f'x (the confidence parameter) must be > 0, got {x!r}')
+    x = check_number(x, 'x', 0, low_open=True)  # the confidence parameter
     residual = torch.as_tensor(residual, dtype=torch.float64)
     slack = torch.as_tensor(kc, dtype=torch.float64) + x / n
     return KCRBounds(residual - slack, residual + slack)

@@ -21,11 +21,12 @@ differences).
 
 Framework-free: plain PyTorch.
 """
-import math
 from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from mmdcs.checks import check_number
 
 from .budget import (CHANNELS, HEADS, HIDDEN, ResourceCost, select_nested,
                      select_units_to_budget)
@@ -171,8 +172,7 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
     """
     hidden_selectors = hidden_selectors or {}
     head_selectors = head_selectors or {}
-    if not margin > 0 or not math.isfinite(margin):
-        raise ValueError(f'margin must be a positive number, got {margin}')
+    check_number(margin, 'margin', 0, low_open=True)
 
     def deployed():
         h = dict(cost.hidden_dims)

@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from mmdcs.checks import check_number
+
 
 class _StraightThrough(torch.autograd.Function):
     """Forward: exact 0/1 (``soft > 0.5``). Backward: the gradient passes to ``soft``."""
@@ -34,6 +36,11 @@ def gumbel_noise_pair(shape, *, device, dtype, generator=None) -> Tensor:
     return (g[0] - g[1]).to(dtype)
 
 
+def check_tau(tau) -> float:
+    """The gate temperature τ: a finite number > 0."""
+    return check_number(tau, 'tau (the gate temperature)', 0, low_open=True)
+
+
 class BinaryGumbelGate(nn.Module):
     """Binary Gumbel gate over a logit tensor of any shape.
 
@@ -43,14 +50,10 @@ class BinaryGumbelGate(nn.Module):
 
     def __init__(self, tau: float = 4.5):
         super().__init__()
-        if not tau > 0:
-            raise ValueError(f'the gate temperature tau must be > 0, got {tau}')
-        self.register_buffer('tau', torch.tensor(float(tau)))
+        self.register_buffer('tau', torch.tensor(check_tau(tau)))
 
     def set_tau(self, tau: float) -> None:
-        if not tau > 0:
-            raise ValueError(f'the gate temperature tau must be > 0, got {tau}')
-        self.tau.fill_(float(tau))
+        self.tau.fill_(check_tau(tau))
 
     def forward(self, logits: Tensor) -> Tensor:
         if not self.training:

@@ -38,8 +38,9 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
-from .budget import (CHANNELS, HEADS, HIDDEN, LATENCY_TOLERANCE, CostBounds,
-                     Measure)
+from mmdcs.checks import check_timing
+
+from .budget import CHANNELS, HEADS, HIDDEN, LATENCY_TOLERANCE, CostBounds, Measure
 from .jsonio import read_json
 from .subnet import head_selectors, hidden_selectors, prunable_modules
 
@@ -266,6 +267,10 @@ class LatencyCost(CostBounds):
             raise LatencyTableError(f'not an mmdcs latency table (expected "format": '
                                     f'{" or ".join(map(repr, LATENCY_TABLE_FORMATS))}, got '
                                     f'{table.get("format")!r})')
+        try:  # what a measurement with the table's settings would run (a missing key: below)
+            check_timing(table.get('batch', 1), table.get('threads', 1), here=False)
+        except ValueError as e:
+            raise LatencyTableError(f'the table\'s {e}') from None
         self.table = table
         self.baseline = _num(table.get('baseline_ms'), 'baseline_ms')
         if self.baseline <= 0:

@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from mmdcs.checks import check_number
+
 from .gates import BinaryGumbelGate
 
 #: initial logit of every gate: P(open) = sigmoid(3) = 0.95 during the search, and all channels
@@ -41,10 +43,8 @@ class QKChannelSelector(nn.Module):
                  theta_rank: Optional[int] = None):
         super().__init__()
         out_dim = qk_dim * (2 if separate else 1)
+        theta_rank = check_number(theta_rank, 'theta_rank', 1, integer=True, none=True)
         if theta_rank is not None:
-            if isinstance(theta_rank, bool) or not isinstance(theta_rank, int) or theta_rank < 1:
-                raise ValueError(f'theta_rank must be None (full rank) or a positive integer, '
-                                 f'got {theta_rank!r}')
             if theta_rank >= min(in_dim, out_dim):
                 theta_rank = None  # a factorisation at this rank saves nothing: the full layer
         self.qk_dim = qk_dim
@@ -54,7 +54,7 @@ class QKChannelSelector(nn.Module):
                                                                       bias=False)
         self.theta = nn.Linear(in_dim if theta_rank is None else theta_rank, out_dim)
         self.gate = BinaryGumbelGate(tau)
-        self.gate_init = gate_init
+        self.gate_init = check_number(gate_init, 'gate_init')
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -88,7 +88,7 @@ class ChannelSelector(nn.Module):
     def __init__(self, dim: int, gate_init: float = DEFAULT_GATE_INIT, tau: float = 4.5):
         super().__init__()
         self.dim = dim
-        self.alpha = nn.Parameter(torch.full((dim, ), float(gate_init)))
+        self.alpha = nn.Parameter(torch.full((dim, ), check_number(gate_init, 'gate_init')))
         self.gate = BinaryGumbelGate(tau)
 
     def forward(self) -> Tensor:

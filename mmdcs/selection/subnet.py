@@ -32,6 +32,8 @@ from typing import Callable, Dict, List, Optional, Union
 import torch
 import torch.nn as nn
 
+from mmdcs.checks import check_number
+
 from .jsonio import read_json
 from .selectors import ChannelSelector
 
@@ -65,6 +67,11 @@ class BlockSelection:
         if self.pad:
             d['pad'] = list(self.pad)
         return d
+
+
+def _integer(value, what: str) -> int:
+    """An index or width of a subnet file: an integer (a bool or a float is refused)."""
+    return check_number(value, f'"{what}"', integer=True)
 
 
 def _check_entry(entry, dim: int, what: str, width: str, unit: str, empty: str) -> None:
@@ -115,9 +122,10 @@ class SubnetSpec:
         blocks = []
         for i, b in enumerate(items):
             try:
-                blocks.append(BlockSelection(str(b['name']), int(b['dim']),
-                                             [int(k) for k in b['keep']],
-                                             [int(k) for k in b.get('pad', [])]))
+                # indices and widths are integers: 0.7 is refused, never cut to 0
+                blocks.append(BlockSelection(str(b['name']), _integer(b['dim'], 'dim'),
+                                             [_integer(k, 'keep') for k in b['keep']],
+                                             [_integer(k, 'pad') for k in b.get('pad', [])]))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise SubnetError(f'{source}: {key} entry #{i} is malformed ({e!r}); each entry '
                                   'needs "name", "dim" and "keep"') from e

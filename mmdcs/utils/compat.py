@@ -26,6 +26,8 @@ a symlink (:mod:`mmdcs.utils.files`), and each checkpoint's tag is recorded in t
 manifest (:func:`mmdcs.utils.checkpoint.record_checkpoint`), which train.py's ``--resume`` trusts;
 the Runner's other files never go through a planted link either (:func:`patch_mmengine_run_files`:
 the config dump, the run's log directory).
+A resumed run's optimizer state must be this run's (:mod:`mmdcs.utils.optim_state`): another
+optimizer type or model is one line, not a failure at the first step.
 
 mmdet 3.3.0's ``SSDHead`` cannot predict (``BaseDenseHead`` reads ``self.loss_cls``, which
 ``SSDHead`` never sets: open-mmlab/mmdetection#11780, fix #11524 unmerged), so SSDLite validation
@@ -42,12 +44,12 @@ import os
 import os.path as osp
 import sys
 
-from mmdcs.selection.jsonio import read_json
-from mmdcs.selection.utils import search_state_keys
-
+from mmdcs.selection.jsonio import (read_json)
+from mmdcs.selection.utils import (search_state_keys)
 from .checkpoint import (UnreadableCheckpointError, check_loaded, load_checkpoint_file,
                          record_checkpoint)
-from .files import atomic_write, new_run_dir, replacing
+from .files import (atomic_write, new_run_dir, replacing)
+from .optim_state import (patch_optimizer_state_check)
 
 _PATCHED = False
 
@@ -451,4 +453,5 @@ def patch_on_import(name: str, patch) -> None:
 def apply_compat_patches() -> None:
     """Every compatibility patch of mmdcs (called once, by :mod:`mmdcs.registry`)."""
     patch_mmengine_checkpoint_loading()
+    patch_optimizer_state_check()
     patch_on_import(SSD_HEAD_MODULE, patch_mmdet_ssd_head)

@@ -151,6 +151,13 @@ def test_figures_are_written(tmp_path):
                                str(tmp_path / 'map.png'), head=None)
     for p in (hist, amap):
         assert osp.getsize(p) > 10_000
+    # a head the block does not have is refused (was: the last head, labelled "head 1000")
+    heads = stats['dcs'].maps[stats['dcs'].blocks[-1]].shape[0]
+    with pytest.raises(ValueError, match=f'head {heads} is not a head of the mapped block: it '
+                                         f'has {heads} heads'):
+        plot_attention_maps(image, {n: s.maps[s.blocks[-1]] for n, s in stats.items()},
+                            str(tmp_path / 'map2.png'), head=heads)
+    assert not osp.exists(tmp_path / 'map2.png')
 
 
 def test_grad_cam_on_a_tiny_classifier(tmp_path):
@@ -224,6 +231,16 @@ def test_attention_cli(tmp_path, capsys):
         tool.main(['--arch', 'efficientvit-b0', '--random', '1', '--size', '32',
                    '--out-dir', str(tmp_path / 'x')])
     assert e.value.code == 2 and 'not supported' in capsys.readouterr().err
+    # --head 999 of DeiT-Tiny's 3 heads: one line, nothing written (was: head 2 drawn as
+    # "head 1000")
+    with pytest.raises(SystemExit) as e:
+        tool.main(['--arch', 'deit-tiny', '--variants', 'baseline', '--random', '1', '--size',
+                   '32', '--rank-images', '0', '--head', '999', '--out-dir', str(tmp_path / 'h')])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err == ('error: --head 999: head 999 is not a head of the '
+                                         'mapped block: it has 3 heads (0 to 2; -1: their '
+                                         'mean)'), err
+    assert not osp.exists(tmp_path / 'h')
 
 
 def test_vis_cam_cli(tmp_path, capsys):
@@ -240,3 +257,11 @@ def test_vis_cam_cli(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert 'backbone.blocks.-1.norm1' in proc.stdout
     assert osp.getsize(out) > 10_000
+    # a class the model does not have: one line before any image is read (was: a traceback)
+    with pytest.raises(SystemExit) as e:
+        tool.main(['--model', cfg, 'none', '--images', img_dir, '--target-class', '2',
+                   '--out', str(tmp_path / 'cam2.png')])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.endswith('target class 2 is not a class of the model: it '
+                                              'has 2 classes (0 to 1)'), err
+    assert not osp.exists(tmp_path / 'cam2.png')

@@ -168,7 +168,7 @@ def test_tiny_end_to_end_grid(tiny_digits, tmp_path):
     (['--methods', 'l1'], '--methods'),
     (['--resource', 'latency', '--no-latency'], '--no-latency with --resource latency'),
     (['--resource', 'latency', '--no-theta-masks'], '--no-theta-masks with --resource'),
-    (['--budgets', '1.2'], 'not a ratio'),
+    (['--budgets', '1.2'], 'argument --budgets: must be a finite number in (0, 1), got 1.2'),
     (['--merge', 'no/such/grid'], '--merge: no/such/grid/results.json is not a results file'),
 ])
 def test_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, message):

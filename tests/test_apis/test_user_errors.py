@@ -2,6 +2,9 @@
 every tool: the values a constructor refuses while mmengine builds the config (found by
 ``mmdcs.apis.launch.config_origin``), and the checks of hooks and optimizer constructors when
 training starts (``mmdcs.utils.ConfigError``)."""
+import functools
+import glob
+import os
 import os.path as osp
 import types
 
@@ -248,3 +251,215 @@ def test_theta_rank_that_factors_nothing_is_refused(rank, expected, capsys):
     model = build(143)  # below the widest: factored where it saves something
     ranks = {m.theta_rank for m in model.modules() if hasattr(m, 'theta_down')}
     assert 143 in ranks
+
+
+# ----------------------------------------------------------------------------- numbers
+NAN, INF = float('nan'), float('inf')
+
+
+def _vit(**kw):
+    from mmdcs.models.backbones.vit import ViT
+    return ViT('deit-tiny', img_size=32, **kw)
+
+
+def _with_regularizer(**reg):
+    from mmdcs.models.classifiers.selection_classifier import ChannelSelectionClassifier
+    return ChannelSelectionClassifier(
+        backbone=dict(type='mmdcs.ViT', arch='deit-tiny', img_size=32),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=192),
+        regularizer=dict(type='ib', **reg))
+
+
+def _constructors():
+    """(call, argument) of every kind of constructor with a number: each must refuse NaN, an
+    infinity or a value out of its range, naming the argument (mmdcs.checks)."""
+    from mmdcs.engine.dynamicvit_hooks import DynamicViTFreezeHook
+    from mmdcs.engine.hooks import TemperatureHook
+    from mmdcs.engine.ofb_hooks import OFBSearchHook
+    from mmdcs.engine.search_loop import split_indices
+    from mmdcs.models.backbones.mobilevit import MobileViT
+    from mmdcs.models.backbones.ofb_vit import OFBViT
+    from mmdcs.peers.dynamicvit import DynamicViTLoss
+    from mmdcs.regularizers import IBState, KCRState, eta_ramp
+    from mmdcs.selection import BinaryGumbelGate, ChannelSelector
+    return [
+        (lambda: _vit(gate_init=NAN), 'gate_init'),
+        (lambda: _vit(variant='dcs', tau=INF), 'tau'),
+        (lambda: _vit(drop_path_rate=NAN), 'drop_path_rate'),
+        (lambda: _vit(attn_drop_rate=1.5), 'attn_drop_rate'),
+        (lambda: MobileViT('mobilevit-xs', gate_init=-INF), 'gate_init'),
+        (lambda: OFBViT('deit-s', drop_rate=INF), 'drop_rate'),
+        (lambda: BinaryGumbelGate(INF), 'tau'),
+        (lambda: ChannelSelector(4, gate_init=NAN), 'gate_init'),
+        (lambda: _with_regularizer(eta=INF), 'regularizer.eta'),
+        (lambda: _with_regularizer(t_warm=NAN), 'regularizer.t_warm'),
+        (lambda: IBState(10, 8, s=INF), 's'),
+        (lambda: KCRState(8, gamma=NAN), 'gamma'),
+        (lambda: eta_ramp(0, 1, 0, INF), 'regularizer.ramp'),
+        (lambda: TemperatureHook(start=INF), 'start'),
+        (lambda: OFBSearchHook(warmup_epochs=INF), 'warmup_epochs'),
+        (lambda: DynamicViTFreezeHook(fix_step=INF), 'fix_step'),
+        (lambda: DynamicViTLoss(ratio_weight=INF), 'ratio_weight'),
+        (lambda: split_indices(10, NAN, 0), 'arch_ratio'),
+    ]
+
+
+@pytest.mark.parametrize('case', range(18))
+def test_constructors_refuse_nan_infinity_and_out_of_range(case):
+    build, name = _constructors()[case]
+    with pytest.raises(ValueError, match=rf'(?<![\w.]){name} .*must be .*, got '):
+        build()
+
+
+def test_numbers_the_constructors_check_are_the_shared_ones():
+    from mmdcs.checks import check_number
+    assert check_number(3, 'k', 1, integer=True) == 3 and check_number(0.5, 'r', 0, 1) == 0.5
+    assert check_number(None, 'rank', 1, integer=True, none=True) is None
+    for value, bounds in [(NAN, {}), (INF, {}), (True, {}), ('1', {}), (2.0, dict(integer=True)),
+                          (0, dict(low=0, low_open=True)), (1, dict(high=1, high_open=True)),
+                          (10**400, dict(high=5, integer=True))]:
+        with pytest.raises(ValueError, match='^x must be '):
+            check_number(value, 'x', **bounds)
+
+
+def test_a_constructor_value_out_of_range_names_the_config_key(capsys):
+    """Out of range where the pre-flight has no rule: the backbone refuses it while mmengine
+    builds the model, one line naming the key (was: trained on)."""
+    from mmdcs.apis.subnet_io import build_model, load_task_config
+
+    def build():
+        with user_errors():
+            cfg, scope = load_task_config(osp.join(ROOT, SEARCH),
+                                          _cfg_options('model.backbone.drop_path_rate=1.5'))
+            build_model(cfg.model, scope)
+    line = _one_line_exit_2(capsys, build)
+    assert line == ('error: model.backbone.drop_path_rate = 1.5: MobileViT: drop_path_rate must '
+                    'be a finite number in [0, 1), got 1.5'), line
+
+
+# ----------------------------------------------------------------------------- the pre-flight
+CLS = 'configs/demo/mobilevit-xs_digits-cls.py'
+
+
+@pytest.fixture(scope='module')
+def cls_config():
+    from mmdcs.apis.launch import load_config, prepare_task
+    cfg = load_config(osp.join(ROOT, CLS))
+    return cfg, prepare_task(cfg)
+
+
+@pytest.mark.parametrize('option, mode, expected', [
+    # NaN / infinity anywhere (every tool that loads a config)
+    ('model.backbone.gate_init=nan', None, 'model.backbone.gate_init = nan: not a finite number'),
+    ('model.regularizer.eta=inf', None, 'model.regularizer.eta = inf: not a finite number'),
+    ('model.backbone.drop_path_rate=nan', None, 'drop_path_rate = nan: not a finite number'),
+    # a misspelt top-level key, with the one meant
+    ('train_cfgg.max_epochs=1', None, "unknown top-level key 'train_cfgg': nothing reads it (did "
+     "you mean 'train_cfg'?"),
+    # the runner's numbers
+    ('train_cfg.max_epochs=abc', 'train', "train_cfg.max_epochs = 'abc': must be an integer ≥ 1"),
+    ('train_dataloader.batch_size=0', 'train', 'train_dataloader.batch_size = 0: must be an '
+     'integer ≥ 1'),
+    ('optim_wrapper.optimizer.lr=-1', 'train', 'optim_wrapper.optimizer.lr = -1: must be a finite '
+     'number ≥ 0'),
+    ('test_dataloader.num_workers=-2', 'test', 'test_dataloader.num_workers = -2: must be an '
+     'integer ≥ 0'),
+    # every registry type of what the run builds
+    ('optim_wrapper.optimizer.type=AdamWW', 'train', "optim_wrapper.optimizer.type = 'AdamWW': "
+     'not a registered optimizer (default scope mmpretrain). Close matches: mmengine.AdamW'),
+    ('param_scheduler.0.type=CosineAnnealingLRR', 'train', "param_scheduler.0.type = "
+     "'CosineAnnealingLRR': not a registered parameter scheduler"),
+    ('train_dataloader.dataset.pipeline.0.type=LoadImageFromFil', 'train',
+     "train_dataloader.dataset.pipeline.0.type = 'LoadImageFromFil': not a registered transform"),
+    ('test_dataloader.dataset.type=CustomDatasett', 'test', "test_dataloader.dataset.type = "
+     "'CustomDatasett': not a registered dataset"),
+    ('default_hooks.checkpoint.type=CheckpointHok', 'test', "default_hooks.checkpoint.type = "
+     "'CheckpointHok': not a registered hook"),
+])
+def test_the_config_preflight_refuses_in_one_line(option, mode, expected, cls_config):
+    import copy
+
+    from mmdcs.apis.launch import UserError, check_config
+    cfg, scope = cls_config
+    cfg = copy.deepcopy(cfg)
+    cfg.merge_from_dict(_cfg_options(option))
+    with pytest.raises(UserError) as e:
+        check_config(cfg, scope, mode)
+    assert str(e.value).startswith('config: ') and expected in str(e.value), str(e.value)
+    assert '\n' not in str(e.value)
+
+
+def test_the_preflight_checks_what_the_run_builds(cls_config):
+    """A test run does not build the optimizer nor a training run the test loader: a problem
+    there is not the run's."""
+    import copy
+
+    from mmdcs.apis.launch import check_config
+    cfg, scope = cls_config
+    cfg = copy.deepcopy(cfg)
+    cfg.merge_from_dict(_cfg_options('optim_wrapper.optimizer.type=AdamWW',
+                                     'test_dataloader.batch_size=0', 'my_crop_size=48'))
+    check_config(cfg, scope, None)  # a helper variable unlike any known key is the config's own
+    with pytest.raises(Exception, match='AdamWW'):
+        check_config(cfg, scope, 'train')
+    with pytest.raises(Exception, match='test_dataloader.batch_size'):
+        check_config(cfg, scope, 'test')
+
+
+@functools.lru_cache(maxsize=None)
+def _metafile(path):
+    from mmengine.fileio import load
+    return load(path)
+
+
+@pytest.mark.parametrize('folder', sorted(d for d in os.listdir(osp.join(ROOT, 'configs'))
+                                          if d != '_base_'))
+def test_every_config_passes_the_preflight(folder, monkeypatch):
+    """Every config of the repository, in every mode: no false refusal (its top-level keys,
+    numbers and types)."""
+    import mmengine.config.utils as config_utils
+
+    from mmdcs.apis.launch import check_config, load_config, prepare_task
+    # a config with a package's base (``mmdet::...``) reads the package's 100 metafiles each
+    # time: read once here
+    monkeypatch.setattr(config_utils, 'load', _metafile)
+    names = sorted(glob.glob(osp.join(ROOT, 'configs', folder, '*.py')))
+    assert names
+    for name in names:
+        cfg = load_config(name)
+        scope = prepare_task(cfg)
+        for mode in (None, 'train', 'test'):
+            check_config(cfg, scope, mode)
+
+
+# ----------------------------------------------------------------------------- resume
+def test_resume_refuses_the_optimizer_state_of_another_run():
+    """--resume of another run's checkpoint: its optimizer state is refused in one line before
+    it is loaded (was: AdamW's state loaded into an SGD, KeyError 'momentum' at the first step;
+    an assertion inside OptimWrapperDict for a search)."""
+    import torch
+    from mmengine.optim import OptimWrapper, OptimWrapperDict
+
+    import mmdcs.registry  # noqa: F401 (applies mmdcs's patches of mmengine)
+    from mmdcs.utils import ConfigError
+    model = torch.nn.Linear(2, 2)
+
+    def wrapper(kind, params=None, **kw):
+        return OptimWrapper(kind(params or model.parameters(), lr=1e-3, **kw))
+
+    adamw, sgd = wrapper(torch.optim.AdamW), wrapper(torch.optim.SGD, momentum=0.9)
+    with pytest.raises(ConfigError, match='another optimizer type .*momentum.*SGD needs'):
+        sgd.load_state_dict(adamw.state_dict())
+    grouped = wrapper(torch.optim.AdamW, [{'params': [model.weight]}, {'params': [model.bias]}])
+    with pytest.raises(ConfigError, match=r'another model .*1 groups of \[2\] parameters; this '
+                                          r'run has 2 of \[1, 1\]'):
+        grouped.load_state_dict(adamw.state_dict())
+    search = OptimWrapperDict(weight=wrapper(torch.optim.AdamW), arch=wrapper(torch.optim.AdamW))
+    with pytest.raises(ConfigError, match=r"one optimizer's state; this run has the optimizers "
+                                          r"\['arch', 'weight'\]"):
+        search.load_state_dict(adamw.state_dict())
+    with pytest.raises(ConfigError, match='another optimizer type'):
+        search.load_state_dict(dict(weight=adamw.state_dict(), arch=sgd.state_dict()))
+    state = adamw.state_dict()
+    wrapper(torch.optim.AdamW).load_state_dict(state)  # this run's own state loads
+    search.load_state_dict(dict(weight=state, arch=state))

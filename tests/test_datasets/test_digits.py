@@ -12,7 +12,7 @@ from PIL import Image
 
 from mmdcs.datasets.digits import (DIGIT_CLASSES, MASK_THRESHOLD,
                                    NUM_SOURCE_IMAGES, SEG_CLASSES,
-                                   SEG_PALETTE, build_all,
+                                   SEG_PALETTE, DataBuildError, build_all,
                                    build_classification, build_scenes,
                                    default_digit_size, load_source_digits,
                                    render_digit, split_indices)
@@ -369,13 +369,22 @@ def test_skip_existing(tmp_path):
     assert again['cls'] == first['cls']
     assert again['scenes'] == first['scenes']
     assert marker.stat().st_mtime_ns == mtime
-    # other arguments, or an incomplete build, rebuild
-    assert not build_all(tmp_path, skip_existing=True, seed=1, **kw)['skipped']
+    # a build with other arguments is refused before anything is written (it would replace
+    # the data a run was made with), with or without skip_existing; force replaces it
+    for skip in (True, False):
+        with pytest.raises(DataBuildError, match=r'other arguments \(seed=0 there, 1 asked\)'):
+            build_all(tmp_path, skip_existing=skip, seed=1, **kw)
+    assert marker.stat().st_mtime_ns == mtime
+    assert not build_all(tmp_path, skip_existing=True, seed=1, force=True, **kw)['skipped']
+    # an incomplete build with the same arguments is rebuilt
     os.remove(tmp_path / 'scenes' / 'annotations' / 'instances_val.json')
     assert not build_all(tmp_path, skip_existing=True, seed=1, **kw)['skipped']
-    # a partial rebuild invalidates the marker
+    # a partial rebuild invalidates the marker; folders without the record of their build are
+    # then not replaced without force
     build_scenes(tmp_path, canvas=32, scenes_train=1, scenes_val=1)
     assert not (tmp_path / 'build_info.json').exists()
+    with pytest.raises(DataBuildError, match='cls and scenes without a record'):
+        build_all(tmp_path, seed=1, **kw)
 
 
 def test_cli_from_other_directory(tmp_path, capsys):

@@ -12,7 +12,7 @@ ROOT = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'm
 
 #: bottom to top; a package may import its own layer and those below it
 LAYERS = (
-    ('selection', 'regularizers', 'peers'),
+    ('checks', 'selection', 'regularizers', 'peers'),
     ('registry', 'utils', 'version'),
     ('models', 'datasets'),
     ('engine', ),

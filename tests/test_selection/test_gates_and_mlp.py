@@ -184,6 +184,10 @@ def test_export_apply_roundtrip_equals_supernet(tmp_path):
     (lambda d: d['blocks'][0].update(keep=[], kept=0), 'block blocks.0: D̃ = 0'),
     (lambda d: d['blocks'][2].update(dim=8), 'block blocks.2: the subnet says D = 8'),
     (lambda d: d.update(format='x'), 'not an mmdcs subnet'),
+    # an index is an integer: 0.7 / 1.2 are refused, never cut to 0 / 1
+    (lambda d: d['blocks'][0].update(keep=[0.7] + d['blocks'][0]['keep'][1:]),
+     '"keep" must be an integer, got 0.7'),
+    (lambda d: d['blocks'][1]['keep'].append(1.2), '"keep" must be an integer, got 1.2'),
 ])
 def test_subnet_check_refuses_what_does_not_fit(mutate, message):
     model = _Tiny()

@@ -77,7 +77,8 @@ def test_table_kept_and_read_back(synthetic, tmp_path, monkeypatch, capsys):
     (['--target-latency', '0.7', '--target-flops', '0.7'], '--target-latency goes with'),
     (['--tables', 'x'], '--tables, --dtype, --validate and --refine go with --target-latency'),
     (['--validate', '3'], '--tables, --dtype, --validate and --refine go with --target-latency'),
-    (['--target-latency', '0.7', '--validate', '-1'], '--validate and --refine must be >= 0'),
+    (['--target-latency', '0.7', '--validate', '-1'], 'argument --validate: must be an integer '
+     '≥ 0, got -1'),
     (['--refine', '2'], '--validate and --refine go with --target-latency'),
 ])
 def test_bad_input_is_one_line(extra, match, synthetic, tmp_path, monkeypatch, capsys):

@@ -36,15 +36,20 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
-                               non_negative_int, positive_float, positive_int, positive_size,
-                               run_program, set_checkpoint_trust, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, batch_size,
+                               non_negative_int, number_type, positive_float, positive_int,
+                               positive_size, run_program, seed, set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_dir, refuse_overwrite,
                                 staged_directory)
 
 
 #: the files written to --out-dir
 OUTPUT_FILES = ('attention.md', 'entropy_hist.png', 'attention_map.png', 'attention.json')
+
+#: argparse type of --head: a head index from 0, or -1 (the heads' mean); the block's head
+#: count is checked once the attention is collected (before anything is written)
+map_head = number_type(int, 'map_head', -1)
+
 
 def parse_args(argv=None):
     p = ToolParser(description='Attention entropy, maps and Q/K ranks of DCS models')
@@ -63,9 +68,10 @@ def parse_args(argv=None):
     p.add_argument('--num-images', type=positive_int, default=16, help='images used (the first N)')
     p.add_argument('--size', type=positive_size, default=None,
                    help='input size (default: the config\'s pipeline; --arch: nominal)')
-    p.add_argument('--batch-size', type=positive_int, default=8)
+    p.add_argument('--batch-size', type=batch_size, default=8)
     p.add_argument('--block', default='-1', help='attention block of the histogram and map')
-    p.add_argument('--head', type=int, default=0, help='map head (-1: mean of the heads)')
+    p.add_argument('--head', type=map_head, default=0,
+                   help='map head, from 0 (-1: mean of the heads)')
     p.add_argument('--query', default='auto', help='auto | cls | centre | Y,X (fractions)')
     p.add_argument('--map-image', type=non_negative_int, default=0,
                    help='index of the image of the map')
@@ -74,7 +80,7 @@ def parse_args(argv=None):
     p.add_argument('--rank-rtol', type=positive_float, default=1e-7,
                    help='relative tolerance of the numerical rank (float64 SVD)')
     p.add_argument('--bins', type=positive_int, default=40)
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--out-dir', default='work_dirs/attention')
     p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                    help='override settings of every config, key=value')
@@ -137,10 +143,10 @@ def main(argv=None):
     with user_errors():
         set_checkpoint_trust(args)
         import torch
-        from mmdcs.analysis.attention import (AttentionNotSupported, collect_attention,
-                                              entropy_table, plot_attention_maps,
-                                              plot_entropy_histograms, rank_table,
-                                              resolve_block)
+        from mmdcs.analysis.attention import (AttentionNotSupported, check_map_head,
+                                              collect_attention, entropy_table,
+                                              plot_attention_maps, plot_entropy_histograms,
+                                              rank_table, resolve_block)
         from mmdcs.apis.loading import list_images, load_classifier, load_images, random_images
         t0 = time.perf_counter()
         check_output_dir(args.out_dir, '--out-dir')
@@ -210,6 +216,10 @@ def main(argv=None):
         if not maps:
             raise UserError(f'--map-image {args.map_image}: only {first.images} images')
         head = None if args.head < 0 else args.head
+        try:
+            check_map_head(maps, head)
+        except ValueError as e:
+            raise UserError(f'--head {args.head}: {e}') from e
         img_i = min(args.map_image, len(shows) - 1)
         with staged_directory(args.out_dir, args.force) as stage:
             with open(osp.join(stage, 'attention.md'), 'w') as f:

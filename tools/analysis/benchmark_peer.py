@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int, positive_size,
-                               run_program, unit_ratio, user_errors)
+                               run_program, seed, thread_count, unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 
@@ -58,7 +58,7 @@ def parse_args(argv=None):
                    help='relative tolerance of the FLOPs match (default 0.01)')
     p.add_argument('--size', type=positive_size, default=None,
                    help="input size (default: each model's nominal size)")
-    p.add_argument('--threads', type=positive_int, default=1,
+    p.add_argument('--threads', type=thread_count, default=1,
                    help='CPU intra-op threads (default 1; thread CPU time only with 1)')
     p.add_argument('--batch', type=positive_int, default=1, help='images per call (default 1)')
     p.add_argument('--runtime', default='torch', metavar='NAME',
@@ -73,7 +73,7 @@ def parse_args(argv=None):
                    help="mmdcs's measured corrections (as tools/export_subnet.py --refine)")
     p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
     p.add_argument('--warmup', type=non_negative_int, default=3)
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--system-malloc', action='store_true',
                    help="leave glibc's allocator as it is (default: keep freed memory, as "
                         'tools/analysis/latency.py)')

@@ -32,8 +32,8 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from mmdcs.analysis.complexity import backbone_class
-from mmdcs.apis.launch import (ToolParser, UserError, positive_int, positive_size, run_program,
-                               unit_ratio, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, batch_size, positive_int, positive_size,
+                               run_program, thread_count, unit_ratio, user_errors)
 from mmdcs.engine import AlternatingSearchLoop, SearchOptimWrapperConstructor
 from mmdcs.models.backbones import VARIANTS
 from mmdcs.registry import MODELS
@@ -198,10 +198,10 @@ def parse_args(argv=None):
     parser = ToolParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--arch', default='mobilevit-xs')
     parser.add_argument('--size', type=positive_size, default=64)
-    parser.add_argument('--batch', type=positive_int, default=32)
+    parser.add_argument('--batch', type=batch_size, default=32)
     parser.add_argument('--steps', type=positive_int, default=4)
     parser.add_argument('--repeats', type=positive_int, default=5)
-    parser.add_argument('--threads', type=positive_int, default=2)
+    parser.add_argument('--threads', type=thread_count, default=2)
     parser.add_argument('--target-flops', type=unit_ratio, default=None, metavar='R',
                         help='also time the architecture step of a search aimed at R of the '
                         'baseline FLOPs')

@@ -43,8 +43,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.compare import METHODS, MODELS, RESOURCES, RETRAIN, compare, merge  # noqa: E402
-from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_float,  # noqa: E402
-                               positive_int, run_program, user_errors)
+from mmdcs.apis.launch import (ToolParser, non_negative_int, open_ratio, positive_float,
+                               positive_int, run_program, seed, user_errors)  # noqa: E402
 from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 
@@ -54,10 +54,10 @@ def parse_args(argv=None):
     p.add_argument('--models', nargs='+', choices=tuple(MODELS), default=['deit-tiny'])
     p.add_argument('--methods', nargs='+', choices=METHODS,
                    default=['dcs', 'kcr', 'magnitude', 'uniform'])
-    p.add_argument('--budgets', nargs='+', type=float, default=[0.9, 0.7], metavar='R',
+    p.add_argument('--budgets', nargs='+', type=open_ratio, default=[0.9, 0.7], metavar='R',
                    help='budgets, ratios of the baseline classifier\'s FLOPs (or, with '
                    '--resource latency, of the baseline backbone\'s latency; default: 0.9 0.7)')
-    p.add_argument('--seeds', nargs='+', type=int, default=[0, 1, 2])
+    p.add_argument('--seeds', nargs='+', type=seed, default=[0, 1, 2])
     p.add_argument('--epochs', type=positive_int, default=4,
                    help='epochs of every training run (default: %(default)s)')
     p.add_argument('--train-images', type=non_negative_int, default=0, metavar='N',

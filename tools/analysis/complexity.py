@@ -29,7 +29,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, positive_size, run_program,
-                               unit_ratio, user_errors)
+                               seed, unit_ratio, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
@@ -45,7 +45,7 @@ def parse_args(argv=None):
     parser.add_argument('--size', type=positive_size, default=None,
                         help='one input size for every table row (default: each model\'s '
                         'nominal size, 224 or 256)')
-    parser.add_argument('--seed', type=int, default=0, help='seed of the random subnets')
+    parser.add_argument('--seed', type=seed, default=0, help='seed of the random subnets')
     parser.add_argument('--backbone-only', action='store_true',
                         help='table: count the backbones, not the whole classifiers')
     parser.add_argument('--no-attention-flops', action='store_true',

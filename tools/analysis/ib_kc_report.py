@@ -33,9 +33,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_float,
-                               positive_int, run_program, set_checkpoint_trust, unit_ratio,
-                               user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, batch_size,
+                               positive_float, positive_int, run_program, seed,
+                               set_checkpoint_trust, unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 
@@ -49,14 +49,14 @@ def parse_args(argv=None):
                    help='the config\'s dataloader to read (default val)')
     p.add_argument('--max-images', type=positive_int, default=None,
                    help='a seeded random subset of this many images (default: all)')
-    p.add_argument('--batch-size', type=positive_int, default=32)
+    p.add_argument('--batch-size', type=batch_size, default=32)
     p.add_argument('--s', type=positive_float, default=1.0, help='scale of the soft assignments φ')
     p.add_argument('--kmeans-iters', type=positive_int, default=50)
     p.add_argument('--gamma', type=unit_ratio, default=0.1, help='TNN rank ratio γ')
     p.add_argument('--kcr-lr', type=positive_float, default=None,
                    help='η of the KCR bounds\' gradient descent (default 1/λ̂_1)')
     p.add_argument('--kcr-steps', type=positive_int, default=100, help='t of the KCR bounds')
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--device', default='cpu')
     p.add_argument('--json', help='write the reports (name → values) as JSON here')
     p.add_argument('--out', help='write the markdown table here')

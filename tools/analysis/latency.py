@@ -76,9 +76,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, non_negative_float,
-                               non_negative_int, positive_int, positive_size, run_program,
-                               unit_ratio, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, batch_size,
+                               non_negative_float, non_negative_int, positive_int, positive_size,
+                               run_program, seed, thread_count, unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 
@@ -101,12 +101,12 @@ def parse_args(argv=None):
     p.add_argument('--tables', metavar='DIR', default=None,
                    help='with --target-latency: read the latency tables from DIR (measured and '
                    'written there when missing; --force measures them again)')
-    p.add_argument('--validate', metavar='K', type=int, default=0,
+    p.add_argument('--validate', metavar='K', type=non_negative_int, default=0,
                    help='with --target-latency: also time K random subnets of each table\'s '
                    'supernet beside the baseline (15 interleaved rounds each, medians) and '
                    'report the predictor\'s error (mean abs. and max, fractions of the '
                    'baseline latency; as latency_table.py --validate)')
-    p.add_argument('--refine', metavar='N', type=int, default=0,
+    p.add_argument('--refine', metavar='N', type=non_negative_int, default=0,
                    help='with --target-latency: measure the subnet and, while its latency ratio '
                    '(the table\'s clock) is more than 0.01 from the target, ask the table for '
                    'asked x target / measured (first asked: the target) and export and measure '
@@ -146,15 +146,16 @@ def parse_args(argv=None):
     p.add_argument('--size', type=positive_size, default=None,
                    help='input size (default: each model\'s nominal size, 224 or 256; in config '
                    'mode the config\'s)')
-    p.add_argument('--batch-sizes', '--batch', type=positive_int, nargs='+', default=[1, 16])
-    p.add_argument('--threads', type=positive_int, default=1,
+    p.add_argument('--batch-sizes', '--batch', type=batch_size, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=thread_count, default=1,
                    help='CPU intra-op threads (torch.set_num_threads), default 1')
     p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--repeats', type=positive_int, default=None,
                    help='timed rounds (median taken; default 10, with --target-latency 21)')
     p.add_argument('--number', type=positive_int, default=1, help='calls per timed round')
-    p.add_argument('--devices', nargs='+', default=['cpu', 'cuda'], choices=['cpu', 'cuda'],
-                   help='cuda is skipped when not available')
+    p.add_argument('--devices', nargs='+', default=None, choices=['cpu', 'cuda'],
+                   help='default: cpu, and cuda where a CUDA device is available; a device '
+                   'given here must be available')
     p.add_argument('--runtime', default='torch', metavar='NAME',
                    help='what the networks run in: torch (PyTorch eager, the default), '
                    'onnxruntime (their ONNX files, 1 intra-op and 1 inter-op thread unless '
@@ -163,7 +164,7 @@ def parse_args(argv=None):
                    'another runtime is not used: its file name differs)')
     p.add_argument('--tolerance', type=non_negative_float, default=0.05,
                    help='allowed |latency ratio - FLOPs ratio| (default 0.05)')
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--system-malloc', action='store_true',
                    help="leave glibc's allocator as it is (default: it keeps freed memory for "
                         'reuse, so large activations are not page-faulted in again on every '
@@ -200,8 +201,6 @@ def parse_args(argv=None):
             p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
     elif args.tables or args.dtype != 'fp32' or args.validate or args.refine:
         p.error('--tables, --dtype, --validate and --refine go with --target-latency')
-    if args.validate < 0 or args.refine < 0:
-        p.error(f'--validate and --refine must be >= 0, got {args.validate} and {args.refine}')
     if args.select_hidden and args.target_flops is None and args.target_latency is None:
         p.error('--select-hidden goes with --target-flops or --target-latency')
     if args.hidden_only and args.target_flops is None:
@@ -217,15 +216,9 @@ def parse_args(argv=None):
         p.error('--ranked goes with --target-flops (not --hidden-only)')
     if args.multiple_of is None:
         args.multiple_of = 8 if (args.target_flops or args.target_latency) is not None else 1
-    if args.multiple_of < 1:
-        p.error(f'--multiple-of must be a positive integer, got {args.multiple_of}')
-    if args.threads < 1 or args.repeats < 1 or args.warmup < 0 or args.number < 1:
-        p.error('--threads, --repeats and --number must be >= 1, --warmup >= 0')
-    if any(b < 1 for b in args.batch_sizes):
-        p.error('--batch-sizes must be >= 1')
-    if args.theta_rank is not None and (args.theta_rank < 1 or args.config or args.subnet):
-        p.error('--theta-rank must be >= 1 and goes with random subnets (--models), not '
-                '--config / --subnet (their subnet records its rank)')
+    if args.theta_rank is not None and (args.config or args.subnet):
+        p.error('--theta-rank goes with random subnets (--models), not --config / --subnet '
+                '(their subnet records its rank)')
     if args.config and args.models:
         p.error('give --config or --models, not both')
     if args.subnet and args.models:
@@ -277,13 +270,11 @@ def _config_pair(args):
 
 def run_latency_target(args):
     """--target-latency: the rows of mmdcs.apis.latency_io.latency_target_rows per device."""
-    import torch
     from mmdcs.analysis.complexity import TABLE_MODELS
     from mmdcs.analysis.latency import environment_note, keep_freed_memory
     from mmdcs.analysis.latency_target import format_latency_target
     from mmdcs.apis.latency_io import latency_target_rows
-    devices = [d for d in args.devices if d == 'cpu' or torch.cuda.is_available()] or \
-        args.devices  # CUDA skipped when absent, unless it is all that was asked for
+    devices = args.devices
     if not args.system_malloc:
         keep_freed_memory()
     rows = []
@@ -319,7 +310,22 @@ def run_latency_target(args):
     return rows
 
 
+def resolve_devices(args) -> None:
+    """``args.devices``: cpu and, where one is available, cuda by default; a device given on
+    the command line must be available (one :class:`UserError` line, before any work: never an
+    empty table)."""
+    import torch
+    cuda = torch.cuda.is_available()
+    if args.devices is None:
+        args.devices = ['cpu'] + (['cuda'] if cuda else [])
+    elif 'cuda' in args.devices and not cuda:
+        raise UserError('--devices cuda: no CUDA device is available here (time on the machine '
+                        'the table is for, or give --devices cpu)')
+    args.devices = list(dict.fromkeys(args.devices))
+
+
 def run(args):
+    resolve_devices(args)
     if args.target_latency is not None:
         return run_latency_target(args)
     import torch

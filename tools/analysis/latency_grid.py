@@ -19,8 +19,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, positive_float, positive_int, positive_size,
-                               run_program, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, open_ratio, positive_int, positive_size,
+                               run_program, thread_count, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_json)
 
@@ -30,11 +30,11 @@ def parse_args(argv=None):
     p.add_argument('--model', default='vit-s16', help='a paper model (default vit-s16)')
     p.add_argument('--size', type=positive_size, default=None,
                    help='input size N (NxN; default the model\'s)')
-    p.add_argument('--target', type=positive_float, default=0.7,
+    p.add_argument('--target', type=open_ratio, default=0.7,
                    help='latency ratio to the baseline (default 0.7)')
     p.add_argument('--select-hidden', action='store_true',
                    help='hidden-unit selection (the MLPs over channels x hidden units)')
-    p.add_argument('--threads', type=positive_int, default=1)
+    p.add_argument('--threads', type=thread_count, default=1)
     p.add_argument('--rounds', type=positive_int, default=5,
                    help='interleaved rounds per grid point (default 5)')
     p.add_argument('--repeats', type=positive_int, default=21,

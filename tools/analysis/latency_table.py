@@ -26,8 +26,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, non_negative_int, positive_int,
-                               positive_size, run_program, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, batch_size, non_negative_int,
+                               positive_int, positive_size, run_program, thread_count, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_json)
 
@@ -41,9 +41,9 @@ def parse_args(argv=None):
                    help='what the networks run in: torch (PyTorch eager, the default), '
                    'onnxruntime (their ONNX files, thread options set explicitly), tensorrt '
                    '(onnxruntime\'s TensorRT provider, --device cuda)')
-    p.add_argument('--threads', type=positive_int, default=1,
+    p.add_argument('--threads', type=thread_count, default=1,
                    help='CPU intra-op threads while timing (default 1)')
-    p.add_argument('--batch', type=positive_int, default=1, help='images per call (default 1)')
+    p.add_argument('--batch', type=batch_size, default=1, help='images per call (default 1)')
     p.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                    help='input size H [W] (default: the config\'s)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32')

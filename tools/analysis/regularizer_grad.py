@@ -22,8 +22,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_float,
-                               positive_int, run_program, set_checkpoint_trust, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, batch_size,
+                               positive_float, positive_int, run_program, seed,
+                               set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_texts
 
 
@@ -34,10 +35,10 @@ def parse_args(argv=None):
     p.add_argument('--batches', type=positive_int, default=8, help='batches measured')
     p.add_argument('--fill-images', type=positive_int, default=None,
                    help='training images of the refresh pass (default: all)')
-    p.add_argument('--batch-size', type=positive_int, default=32)
+    p.add_argument('--batch-size', type=batch_size, default=32)
     p.add_argument('--eta', type=positive_float, default=None, help='η (default: the config\'s)')
     p.add_argument('--normalize', default='both', choices=['both', 'true', 'false'])
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--json', help='write the results here')
     p.add_argument('--cfg-options', nargs='+', action=ConfigOptions,
                    help='override settings of the config, key=value')

@@ -23,8 +23,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag, positive_int,
-                               positive_size, run_program, set_checkpoint_trust, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
+                               non_negative_int, positive_int, positive_size, run_program,
+                               set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, atomic_outputs, check_output_file,
                                 refuse_overwrite)
 
@@ -38,7 +39,7 @@ def parse_args(argv=None):
     p.add_argument('--images', nargs='+', required=True, help='image files or folders')
     p.add_argument('--num-images', type=positive_int, default=6, help='at most this many images')
     p.add_argument('--target-layer', help='dotted path in the model (default: per family)')
-    p.add_argument('--target-class', type=int, default=None,
+    p.add_argument('--target-class', type=non_negative_int, default=None,
                    help='class index (default: the predicted class of each model)')
     p.add_argument('--size', type=positive_size, default=None,
                    help='resize after the test pipeline')
@@ -59,7 +60,8 @@ def main(argv=None):
         set_checkpoint_trust(args)
         check_output_file(args.out, '--out')
         refuse_overwrite([args.out], args.force)
-        from mmdcs.analysis.gradcam import default_cam_layer, grad_cam, plot_cams
+        from mmdcs.analysis.gradcam import (check_target_class, default_cam_layer, grad_cam,
+                                            plot_cams)
         from mmdcs.apis.loading import list_images, load_classifier, load_images
         paths = []
         try:
@@ -76,6 +78,12 @@ def main(argv=None):
             model, cfg, scope = load_classifier(config, ckpt, args.cfg_options)
             if not hasattr(model, 'head'):
                 raise UserError(f'{config}: not a classifier (no head)')
+            num_classes = getattr(model.head, 'num_classes', None)
+            if isinstance(num_classes, int):
+                try:
+                    check_target_class(args.target_class, num_classes)
+                except ValueError as e:
+                    raise UserError(f'--target-class {args.target_class}: {config}: {e}') from e
             backbone = getattr(model, 'backbone', model)
             layer = args.target_layer or default_cam_layer(model, backbone)
             if layer is None:

@@ -4,7 +4,9 @@
     python tools/data/build_digits.py --out data/digits --skip-existing
 
 Writes OUT/cls (mmpretrain CustomDataset), OUT/scenes (COCO instances and
-mmseg seg maps) and, last, OUT/build_info.json. No network is used.
+mmseg seg maps) and OUT/build_info.json (the arguments, and last the
+counts). A build in OUT made with other arguments is refused without
+--force. No network is used.
 """
 import os.path as osp
 import sys
@@ -16,8 +18,8 @@ except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(
         osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import ToolParser, positive_int, run_program, unit_ratio  # noqa: E402
-from mmdcs.datasets.digits import build_all  # noqa: E402
+from mmdcs.apis.launch import (ToolParser, positive_int, run_program, seed, unit_ratio)  # noqa: E402
+from mmdcs.datasets.digits import (DataBuildError, build_all)  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -63,12 +65,17 @@ def parse_args(argv=None):
         default=None,
         help='side range of pasted digits (default: 20 48 scaled by '
         'canvas/128)')
-    parser.add_argument('--seed', type=int, default=0, help='(default: 0)')
+    parser.add_argument('--seed', type=seed, default=0, help='(default: 0)')
     parser.add_argument(
         '--skip-existing',
         action='store_true',
         help='do nothing if OUT holds a complete build with the same '
         'arguments')
+    parser.add_argument(
+        '--force',
+        action='store_true',
+        help='replace a build in OUT made with other arguments (refused '
+        'otherwise)')
     return parser, parser.parse_args(argv)
 
 
@@ -88,7 +95,10 @@ def main(argv=None):
             min_digits=args.min_digits,
             max_digits=args.max_digits,
             digit_size=args.digit_size,
-            skip_existing=args.skip_existing)
+            skip_existing=args.skip_existing,
+            force=args.force)
+    except DataBuildError as e:  # OUT holds another build
+        parser.error(f'--out: {e}')
     except ValueError as e:  # names the offending argument
         parser.error(f'{e} (option --{str(e).split()[0].replace("_", "-")})')
     except OSError as e:  # --out cannot be written (read-only, a file in the way)

@@ -20,7 +20,7 @@ try:
 except ImportError:  # not installed: use the checkout this script lives in
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import ToolParser, positive_int, run_program  # noqa: E402
+from mmdcs.apis.launch import (ToolParser, positive_int, run_program, seed)  # noqa: E402
 from mmdcs.datasets.imagenet_subset import build_imagenet_subset  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def parse_args(argv=None):
                         help='output folder (default: %(default)s)')
     parser.add_argument('--classes', type=positive_int, default=100,
                         help='number of classes (default: %(default)s)')
-    parser.add_argument('--seed', type=int, default=0, help='(default: %(default)s)')
+    parser.add_argument('--seed', type=seed, default=0, help='(default: %(default)s)')
     return parser, parser.parse_args(argv)
 
 

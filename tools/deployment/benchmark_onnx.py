@@ -31,8 +31,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, non_negative_int, positive_int, positive_size,
-                               run_program, unit_ratio, user_errors)
+from mmdcs.apis.launch import (ToolParser, UserError, batch_size, non_negative_int, positive_int,
+                               positive_size, run_program, seed, thread_count_or_all, unit_ratio,
+                               user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_dir, check_output_file,
                                 refuse_overwrite, write_json)
 
@@ -49,8 +50,8 @@ def parse_args(argv=None):
                    help='with --arch: round the random subnet\'s widths up to a multiple of N')
     p.add_argument('--shape', type=positive_size, nargs='+', metavar='N', help='input size H [W] '
                    '(--arch; default: the backbone\'s nominal size)')
-    p.add_argument('--batch', type=positive_int, nargs='+', default=[1, 16])
-    p.add_argument('--threads', type=non_negative_int, nargs='+', default=[1, 0],
+    p.add_argument('--batch', type=batch_size, nargs='+', default=[1, 16])
+    p.add_argument('--threads', type=thread_count_or_all, nargs='+', default=[1, 0],
                    help='intra-op threads; 0 = all cores (onnxruntime\'s default)')
     p.add_argument('--repeats', type=positive_int, default=20)
     p.add_argument('--warmup', type=non_negative_int, default=3)
@@ -58,7 +59,7 @@ def parse_args(argv=None):
                    help='with --arch: do not time the PyTorch models')
     p.add_argument('--work-dir', help='with --arch: keep the exported files here')
     p.add_argument('--json', help='write the rows to this JSON file')
-    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--seed', type=seed, default=0)
     add_force_argument(p)
     return p.parse_args(argv)
 

@@ -26,8 +26,8 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                               positive_float, positive_int, positive_size, run_program,
+from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag, batch_size,
+                               positive_float, positive_int, positive_size, run_program, seed,
                                set_checkpoint_trust, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite
 
@@ -44,11 +44,13 @@ def parse_args(argv=None):
     parser.add_argument('--shape', type=positive_size, nargs='+', metavar='N',
                         help='input size H [W] (default: the config\'s input size, else the '
                         'backbone\'s nominal size)')
-    parser.add_argument('--batch', type=positive_int, default=1,
+    parser.add_argument('--batch', type=batch_size, default=1,
                         help='batch size of the export input')
     parser.add_argument('--dynamic-batch', action='store_true',
                         help='a dynamic batch axis (the check then also runs at batch + 1)')
-    parser.add_argument('--opset', type=int, default=DEFAULT_OPSET, help='ONNX opset')
+    parser.add_argument('--opset', type=positive_int, default=DEFAULT_OPSET,
+                        help='ONNX opset (default %(default)s; the range the exporter writes is '
+                        'checked before the model is built)')
     parser.add_argument('--backbone', action='store_true',
                         help='export the backbone alone (its out_indices feature maps)')
     parser.add_argument('--exporter', choices=EXPORTERS, default='dynamo',
@@ -57,7 +59,7 @@ def parse_args(argv=None):
     parser.add_argument('--rtol', type=positive_float, default=DEFAULT_RTOL,
                         help='max |onnxruntime - PyTorch| allowed, relative to the output\'s '
                         'max |value|')
-    parser.add_argument('--seed', type=int, default=0, help='seed of the check input')
+    parser.add_argument('--seed', type=seed, default=0, help='seed of the check input')
     add_cfg_options(parser)
     add_trust_flag(parser)
     add_force_argument(parser)
@@ -68,7 +70,7 @@ def build(args):
     """(cfg, model, kind, wrapper, example input) for the arguments."""
     import torch
 
-    from mmdcs.apis.deploy import ExportWrapper, model_kind, set_export_mode_
+    from mmdcs.apis.deploy import ExportWrapper, check_opset, model_kind, set_export_mode_
     from mmdcs.apis.subnet_io import (build_model, config_input_size, load_model_checkpoint,
                                        load_task_config, mmdcs_backbone, require_checkpoint,
                                        shape_arg)
@@ -77,8 +79,7 @@ def build(args):
         require_checkpoint(args.config, args.checkpoint)
     if args.batch < 1:
         raise UserError(f'--batch must be >= 1, got {args.batch}')
-    if args.opset < 7:
-        raise UserError(f'--opset must be a valid ONNX opset (>= 7), got {args.opset}')
+    check_opset(args.opset, args.exporter)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     set_checkpoint_trust(args, cfg)
     model = build_model(cfg.model, scope)

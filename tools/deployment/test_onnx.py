@@ -21,8 +21,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
 from mmdcs.apis.launch import (ToolParser, UserError, add_cfg_options, add_trust_flag,
-                               non_negative_float, non_negative_int, positive_int, run_program,
-                               set_checkpoint_trust, user_errors)
+                               non_negative_float, positive_int, run_program, set_checkpoint_trust,
+                               thread_count_or_all, user_errors)
 from mmdcs.apis.outputs import add_force_argument, check_output_file, refuse_overwrite, write_text
 
 
@@ -35,7 +35,7 @@ def parse_args(argv=None):
     p.add_argument('--max-batches', type=positive_int, help='evaluate only the first N batches')
     p.add_argument('--tolerance', type=non_negative_float, default=0.5,
                    help='max metric difference in points (default 0.5)')
-    p.add_argument('--threads', type=non_negative_int,
+    p.add_argument('--threads', type=thread_count_or_all,
                    help='onnxruntime intra-op threads (0: all cores)')
     p.add_argument('--json', help='write both metrics to this file')
     add_cfg_options(p)

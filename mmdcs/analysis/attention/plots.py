@@ -80,12 +80,25 @@ def overlay(image: Tensor, heat: Tensor, alpha: float = 0.5):
     return ((1 - alpha) * img + alpha * colored).clamp(0, 1).numpy()
 
 
+def check_map_head(maps: Dict[str, Tensor], head: Optional[int]) -> None:
+    """``head`` (0-based; None: the heads' mean) is a head of every map (heads, gh, gw): a
+    ``ValueError`` naming the valid range otherwise (never a clamped head under another
+    head's label)."""
+    if head is None:
+        return
+    heads = min(m.shape[0] for m in maps.values()) if maps else 0
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
+        raise ValueError(f'head {head!r} is not a head of the mapped block: it has {heads} '
+                         f'heads (0 to {heads - 1}; -1: their mean)')
+
+
 def plot_attention_maps(image: Tensor, maps: Dict[str, Tensor], path: str,
                         query_cell: Optional[Tuple[int, int]] = None,
                         grid: Optional[Tuple[int, int]] = None, head: Optional[int] = 0,
                         title: Optional[str] = None) -> str:
     """Fig. 5/6 style: the image (query cell boxed), then per model the query's attention map
     (head ``head``, or the heads' mean with ``head=None``) upsampled onto the image."""
+    check_map_head(maps, head)
     plt = pyplot()
     from matplotlib.patches import Rectangle
     names = list(maps)
@@ -99,7 +112,7 @@ def plot_attention_maps(image: Tensor, maps: Dict[str, Tensor], path: str,
     ax.axis('off')
     for i, n in enumerate(names):
         m = maps[n]
-        heat = m.mean(0) if head is None else m[min(head, m.shape[0] - 1)]
+        heat = m.mean(0) if head is None else m[head]
         ax = axes[0][i + 1]
         ax.imshow(overlay(image, heat))
         ent = float(torch.special.entr(heat.double().clamp_min(0) /

@@ -53,6 +53,7 @@ find the classes with :func:`backbone_classes` / :func:`backbone_class`, never b
   :meth:`~SelectableBackbone._set_frozen_stages`.
 """
 import functools
+import inspect
 import math
 from typing import Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -61,6 +62,7 @@ import torch.nn as nn
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from mmdcs.checks import check_numbers
 from mmdcs.selection import (DEFAULT_GATE_INIT, CostModel, CostTerm, QKChannelSelector,
                              SubnetError, SubnetSpec, apply_subnet_, export_subnet, head_layout,
                              hidden_layout,
@@ -80,6 +82,42 @@ QK_MASKS = ('shared', 'separate')
 
 #: a part that ``frozen_stages`` freezes: a module (eval mode, no gradients) or a parameter
 FrozenPart = Union[nn.Module, nn.Parameter]
+
+
+#: the ranges of the numeric arguments of the backbones (every family's, the peers' too), by
+#: name (:func:`mmdcs.checks.check_number`): checked before a constructor builds anything
+#: (:func:`check_backbone_numbers`), so that NaN, an infinity or a value out of range is refused
+#: naming the argument instead of being trained on
+NUMERIC_ARGUMENTS: Dict[str, dict] = dict(
+    gate_init=dict(), tau=dict(low=0, low_open=True), gumbel_tau=dict(low=0, low_open=True),
+    drop_rate=dict(low=0, high=1, high_open=True),
+    attn_drop_rate=dict(low=0, high=1, high_open=True),
+    drop_path_rate=dict(low=0, high=1, high_open=True), policy_eps=dict(low=0),
+    mlp_ratio=dict(low=0, low_open=True), expand_ratio=dict(low=0, low_open=True),
+    keep_ratio=dict(low=0, high=1, low_open=True, none=True),
+    in_channels=dict(low=1, integer=True), patch_size=dict(low=1, integer=True),
+    window_size=dict(low=1, integer=True), frozen_stages=dict(low=-1, integer=True),
+    theta_rank=dict(low=1, integer=True, none=True),
+)
+
+
+def check_backbone_numbers(init, owner: str, args: tuple, kwargs: dict) -> None:
+    """The numeric arguments of a call of a backbone's constructor ``init`` (the given ones,
+    also those passed on through ``**kwargs``) against :data:`NUMERIC_ARGUMENTS`: a
+    ``ValueError`` naming the argument (``ViT: drop_path_rate must be a finite number in
+    [0, 1), got nan``). A call that does not bind is left to the constructor's own error."""
+    try:
+        given = inspect.signature(init).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return
+    values = {}
+    for name, value in given.items():
+        if isinstance(value, dict) and inspect.signature(init).parameters[name].kind == \
+                inspect.Parameter.VAR_KEYWORD:
+            values.update(value)
+        else:
+            values[name] = value
+    check_numbers(values, NUMERIC_ARGUMENTS, owner)
 
 
 def check_choice(kind: str, value, choices: Sequence, owner: str) -> None:
@@ -148,6 +186,7 @@ class SelectableBackbone(BaseModule):
 
         @functools.wraps(init)
         def __init__(self, *args, **kw):
+            check_backbone_numbers(init, type(self).__name__, (self, ) + args, kw)
             if not type(self).supports_heads and 'select_heads' in kw:
                 if kw.pop('select_heads'):
                     raise ValueError(f'{type(self).__name__}: select_heads=True, but '

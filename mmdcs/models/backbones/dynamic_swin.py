@@ -83,8 +83,6 @@ class DynamicSwin(TokenPruningMixin, Swin):
         if not 0 <= sparse_stage < self.num_stages:
             raise ValueError(f'{name}: sparse_stage must be in [0, {self.num_stages}), got '
                              f'{sparse_stage}')
-        if not gumbel_tau > 0:
-            raise ValueError(f'{name}: gumbel_tau must be > 0, got {gumbel_tau}')
         self.sparse_stage = sparse_stage
         stage = self.layers[sparse_stage]
         depth = len(stage.blocks)

@@ -154,10 +154,7 @@ class DynamicViT(TokenPruningMixin, ViT):
         self.pruning_loc = check_pruning_loc(pruning_loc, self.depth, name)
         self.keep_ratios = resolve_keep_ratios(keep_ratio, keep_ratios, len(self.pruning_loc),
                                                'power', name)
-        if not policy_eps >= 0:
-            raise ValueError(f'{name}: policy_eps must be ≥ 0, got {policy_eps}')
-        if not gumbel_tau > 0:
-            raise ValueError(f'{name}: gumbel_tau must be > 0, got {gumbel_tau}')
+        # policy_eps, gumbel_tau: checked with every backbone's numbers (base.NUMERIC_ARGUMENTS)
         self.policy_eps = float(policy_eps)
         self.gumbel_tau = float(gumbel_tau)
         self.freeze_predictors = freeze_predictors

@@ -29,6 +29,7 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from mmdcs.checks import check_numbers
 from mmdcs.peers.ofb import (BiMask, OFBAttention, OFBMlp, compress_group_, embed_choices,
                              masked_layer_norm, slice_param_, sync_layer_attrs_)
 from mmdcs.peers.ofb.arch import (ARCH_FORMAT, ArchFileError, check_blocks, check_family,
@@ -38,7 +39,8 @@ from mmdcs.peers.ofb.cost import attention_macs, layer_norm_macs, linear_macs
 from mmdcs.peers.ofb.supernet import OFBSupernetMixin
 from mmdcs.registry import MODELS
 from mmdcs.utils.errors import InputError
-from .base import check_choice, drop_path_rates, normalize_out_indices
+
+from .base import NUMERIC_ARGUMENTS, check_choice, drop_path_rates, normalize_out_indices
 from .swin import PatchEmbed, PatchMerging, RelativePositionBiasMixin, SwinBlock
 
 Size = Tuple[int, int]
@@ -160,8 +162,9 @@ class OFBSwin(OFBSupernetMixin, BaseModule):
                  attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  out_indices: Union[int, Sequence[int]] = (3, ), pad_small_map: bool = False,
                  init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
+        check_numbers(locals(), NUMERIC_ARGUMENTS, name)  # the arguments, as every backbone's
+        super().__init__(init_cfg=init_cfg)
         check_choice('arch', arch, list(self.arch_zoo), name)
         s = self.arch_zoo[arch]
         self.arch = arch

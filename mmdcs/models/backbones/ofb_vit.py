@@ -27,6 +27,7 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 from torch import Tensor
 
+from mmdcs.checks import check_numbers
 from mmdcs.peers.ofb import (BiMask, OFBAttention, OFBMlp, compress_group_, embed_choices,
                              masked_layer_norm, slice_param_, sync_layer_attrs_, vit_macs)
 from mmdcs.peers.ofb.arch import (ARCH_FORMAT, ArchFileError, check_blocks, check_family,
@@ -35,7 +36,8 @@ from mmdcs.peers.ofb.compress import Optimizers
 from mmdcs.peers.ofb.cost import layer_norm_macs
 from mmdcs.peers.ofb.supernet import OFBSupernetMixin
 from mmdcs.registry import MODELS
-from .base import check_choice, drop_path_rates, normalize_out_indices
+
+from .base import NUMERIC_ARGUMENTS, check_choice, drop_path_rates, normalize_out_indices
 from .vit import OUT_TYPES, PatchEmbed, _pair, init_timm_vit_, resample_pos_embed
 
 
@@ -94,8 +96,9 @@ class OFBViT(OFBSupernetMixin, BaseModule):
                  out_indices: Union[int, Sequence[int]] = -1, final_norm: bool = True,
                  drop_rate: float = 0., attn_drop_rate: float = 0., drop_path_rate: float = 0.,
                  interpolate_mode: str = 'bicubic', init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
         name = type(self).__name__
+        check_numbers(locals(), NUMERIC_ARGUMENTS, name)  # the arguments, as every backbone's
+        super().__init__(init_cfg=init_cfg)
         arch = self.aliases.get(arch, arch)
         check_choice('arch', arch, list(self.arch_zoo) + list(self.aliases), name)
         check_choice('out_type', out_type, OUT_TYPES, name)

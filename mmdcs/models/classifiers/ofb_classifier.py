@@ -30,6 +30,7 @@ from mmpretrain.models.necks import GlobalAveragePooling
 from mmpretrain.models.utils.batch_augments import RandomBatchAugment
 from mmpretrain.structures import DataSample
 
+from mmdcs.checks import check_number
 from mmdcs.peers.ofb import (SCORE_NORM_WEIGHTS, PMIMDecoder, adaptive_one_hot_loss,
                              adopt_state_shapes_, flops_loss, is_search_state,
                              random_patch_mask, score_norm, slice_param_, sync_layer_attrs_,
@@ -46,10 +47,7 @@ KIND_WEIGHT = {'attn': 'w_head', 'mlp': 'w_mlp', 'embed': 'w_embed'}
 
 
 def _non_negative(name: str, value) -> float:
-    value = float(value)
-    if not value >= 0:
-        raise ValueError(f'search.{name} must be ≥ 0, got {value}')
-    return value
+    return check_number(value, f'search.{name}', 0)
 
 
 @MODELS.register_module()
@@ -133,10 +131,9 @@ class OFBClassifier(ImageClassifier):
         if (cfg.get('target_flops') is None) == (cfg.get('target_ratio') is None):
             raise ValueError('search: give exactly one of target_flops (GFLOPs) and '
                              'target_ratio')
-        if cfg.get('target_ratio') is not None and not 0 < cfg['target_ratio'] <= 1:
-            raise ValueError(f'search.target_ratio must be in (0, 1], got {cfg["target_ratio"]}')
-        if cfg.get('target_flops') is not None and not cfg['target_flops'] > 0:
-            raise ValueError(f'search.target_flops must be > 0, got {cfg["target_flops"]}')
+        check_number(cfg.get('target_ratio'), 'search.target_ratio', 0, 1, low_open=True,
+                     none=True)
+        check_number(cfg.get('target_flops'), 'search.target_flops', 0, low_open=True, none=True)
         for k, default in (('w_head', .5), ('w_mlp', .5), ('w_embed', .5), ('w_flops', 5.)):
             cfg[k] = _non_negative(k, cfg.get(k, default))
         for k in ('entropy', 'variance', 'norm'):
@@ -146,8 +143,9 @@ class OFBClassifier(ImageClassifier):
             pmim = dict(pmim)
             if set(pmim) - {'window'}:
                 raise ValueError(f'search.pmim: unknown keys {sorted(set(pmim) - {"window"})}')
-            window = int(pmim.setdefault('window', 47))
-            if window < 3 or window % 2 != 1:
+            window = check_number(pmim.setdefault('window', 47), 'search.pmim.window', 3,
+                                  integer=True)
+            if window % 2 != 1:
                 raise ValueError(f'search.pmim.window must be odd and ≥ 3, got {window}')
         cfg['pmim'] = pmim
         cfg.setdefault('after_search_augments', None)

@@ -21,6 +21,7 @@ from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.structures import DataSample
 
 import mmdcs.models.counting  # noqa: F401  (registers the 'flops' and 'params' budgets)
+from mmdcs.checks import check_number
 from mmdcs.registry import MODELS
 from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, head_selectors,
@@ -44,10 +45,9 @@ DEFAULT_ETA_RAMP = 1.0
 
 
 def _positive(name: str, value, allow_zero: bool = False) -> float:
-    value = float(value)
-    if not (value >= 0 if allow_zero else value > 0):
-        raise ValueError(f'{name} must be {"≥" if allow_zero else ">"} 0, got {value}')
-    return value
+    """A weight, step or length of the objective: a finite number > 0 (≥ 0 where
+    ``allow_zero``)."""
+    return check_number(value, name, 0, low_open=not allow_zero)
 
 
 @MODELS.register_module()
@@ -225,9 +225,7 @@ class ChannelSelectionClassifier(ImageClassifier):
             raise ValueError(f'regularizer.type must be one of {tuple(sorted(REGULARIZERS))}, '
                              f'got {kind!r}')
         eta = _positive('regularizer.eta (η)', cfg.pop('eta', REGULARIZERS[kind].default_eta))
-        t_warm = int(cfg.pop('t_warm', 0))
-        if t_warm < 0:
-            raise ValueError(f'regularizer.t_warm must be ≥ 0, got {t_warm}')
+        t_warm = check_number(cfg.pop('t_warm', 0), 'regularizer.t_warm', 0, integer=True)
         ramp = _positive('regularizer.ramp (epochs)', cfg.pop('ramp', DEFAULT_ETA_RAMP),
                          allow_zero=True)
         reg = build_regularizer(cfg, self._feature_dim(), getattr(self.head, 'num_classes', None))

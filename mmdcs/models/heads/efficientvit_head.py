@@ -10,6 +10,7 @@ import torch.nn as nn
 from mmpretrain.models.heads import ClsHead
 from torch import Tensor
 
+from mmdcs.checks import check_number
 from mmdcs.registry import MODELS
 from mmdcs.utils.scope import build_model_part
 
@@ -29,8 +30,9 @@ class EfficientViTClsHead(ClsHead):
                  dropout_rate: float = 0., norm_eps: float = 1e-5, **kwargs):
         loss = kwargs.pop('loss', dict(type='CrossEntropyLoss', loss_weight=1.0))
         super().__init__(loss=build_model_part(loss), **kwargs)
-        if num_classes <= 0:
-            raise ValueError(f'num_classes={num_classes} must be a positive integer')
+        check_number(num_classes, 'num_classes', 1, integer=True)
+        check_number(dropout_rate, 'dropout_rate', 0, 1, high_open=True)
+        check_number(norm_eps, 'norm_eps', 0, low_open=True)
         self.num_classes = num_classes
         self.in_channels = in_channels
         self.mid_channels = mid_channels

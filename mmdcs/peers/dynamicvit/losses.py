@@ -20,6 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from mmdcs.checks import check_number
+
 
 def keep_ratio_loss(decisions: Sequence[Tensor], targets: Sequence[float]) -> Tensor:
     """``1/S Σ_s mean_b (mean_i D^{b,s}_i − ρ_s)²`` for decisions (B, N) ∈ [0, 1] per stage."""
@@ -65,13 +67,9 @@ class DynamicViTLoss(nn.Module):
     def __init__(self, ratio_weight: float = 2., kl_weight: float = 0.5,
                  distill_weight: float = 0.5):
         super().__init__()
-        for name, value in (('ratio_weight', ratio_weight), ('kl_weight', kl_weight),
-                            ('distill_weight', distill_weight)):
-            if not float(value) >= 0:
-                raise ValueError(f'DynamicViTLoss: {name} must be ≥ 0, got {value}')
-        self.ratio_weight = float(ratio_weight)
-        self.kl_weight = float(kl_weight)
-        self.distill_weight = float(distill_weight)
+        self.ratio_weight = check_number(ratio_weight, 'DynamicViTLoss: ratio_weight', 0)
+        self.kl_weight = check_number(kl_weight, 'DynamicViTLoss: kl_weight', 0)
+        self.distill_weight = check_number(distill_weight, 'DynamicViTLoss: distill_weight', 0)
 
     def forward(self, logits: Tensor, tokens: Tensor, decisions: Sequence[Tensor],
                 keep_ratios: Sequence[float], teacher_logits: Tensor, teacher_tokens: Tensor,
