@@ -160,7 +160,7 @@ def from_download(work: str, names) -> Tuple[Dict[str, str], str]:
     """mmpretrain's FashionMNIST download (all four archives) into ``work``."""
     try:
         from mmpretrain.datasets import FashionMNIST  # lazy import: the download only
-        FashionMNIST(data_prefix=work, test_mode=True, download=True)
+        FashionMNIST(data_root=work, split='test', test_mode=True, download=True)
     except Exception as e:  # no internet, a proxy, a server error: the next way
         raise FashionMNISTError(f'{type(e).__name__}: {e}'.splitlines()[0]) from e
     return _find(work, names), f"mmpretrain's download ({FashionMNIST.url_prefix})"

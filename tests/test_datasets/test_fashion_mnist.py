@@ -153,6 +153,15 @@ def test_from_debian_package(tmp_path, fixture_sums, monkeypatch):
     assert _placed_names(out) == sorted(list(FIXTURE) + [fm.MARKER])
 
 
+def test_download_way_takes_what_mmpretrain_placed(tmp_path):
+    """mmpretrain's FashionMNIST is called as its signature wants (no download: the archives
+    are there already, as after a download) and the files it extracted are found."""
+    work = _write(tmp_path / 'work', gz=True)
+    _write(work)  # mmpretrain extracts each archive beside it
+    found, origin = fm.from_download(work, list(FIXTURE))
+    assert found == {n: osp.join(work, n) for n in FIXTURE} and "mmpretrain's" in origin
+
+
 def test_none_works_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
     main = load_tool('tools/data/fashion_mnist.py').main
     monkeypatch.setattr(fm, 'installed_files', lambda: [])
