@@ -103,6 +103,7 @@ def _find(folder: str, names, recursive: bool = False) -> Dict[str, str]:
 
 
 def from_folder(folder: str, names) -> Tuple[Dict[str, str], str]:
+    """The files in the folder the user named (the only source then: its failure is the error)."""
     if not osp.isdir(folder):
         raise FashionMNISTError(f'--from {folder}: not a folder')
     found = _find(folder, names)
