@@ -223,6 +223,10 @@ def _iter_datasets(cfg_dataset, key: str) -> Iterator[Tuple[str, dict]]:
 
 
 def _data_hint(path: str) -> str:
+    if 'fashion' in path.lower():
+        return (f'place Fashion-MNIST there with `python tools/data/fashion_mnist.py --out '
+                f'{path}` (from Debian\'s dataset-fashion-mnist package, a folder of the idx '
+                'files, or a download)')
     if 'digit' in path:
         return ('build the embedded demo data with `python tools/data/build_digits.py '
                 '--out data/digits` (the README commands do this for you)')
@@ -233,6 +237,11 @@ def _data_hint(path: str) -> str:
 #: file extensions counted as images by the pre-flight check (mmpretrain's IMG_EXTENSIONS and
 #: mmseg's usual suffixes)
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif', '.tiff', '.webp')
+#: mmpretrain's dataset types that read four idx files, uncompressed, from their folder
+#: (``data_root`` / ``data_prefix``) unless they may download them (``download=True``)
+IDX_DATASETS = ('MNIST', 'FashionMNIST')
+IDX_FILES = ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte',
+             't10k-labels-idx1-ubyte')
 #: dataset types that read their classes from the sub-folders of the image folder when no
 #: ann_file is given (mmpretrain)
 FOLDER_DATASETS = ('CustomDataset', 'ImageNet', 'ImageNet21k')
@@ -309,6 +318,18 @@ def _check_images(key: str, ds: dict, root: Optional[str]) -> List[str]:
     return problems
 
 
+def _check_idx_files(key: str, ds: dict, root: Optional[str]) -> List[str]:
+    """A missing idx file of an MNIST-type dataset that may not download it."""
+    if ds.get('download', True):
+        return []
+    prefix = ds.get('data_prefix', '')
+    folder = osp.join(root or '', prefix) if isinstance(prefix, str) and prefix else root or '.'
+    missing = [f for f in IDX_FILES if not osp.isfile(osp.join(folder, f))]
+    if not missing:
+        return []
+    return [f'{key}: no {", ".join(missing)} in {folder!r}; {_data_hint(folder)}']
+
+
 def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
                                        'test_dataloader')) -> None:
     """Fail early, and clearly, when a dataset root, annotation file or image folder is
@@ -316,7 +337,8 @@ def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
     ``data_root`` must exist; an ``ann_file`` must exist and not be empty; a dataset without
     ann_file (a folder-based classification set, an ADE-style segmentation set) must find
     images in its image folder (``data_prefix``; for mmpretrain's folder datasets in class
-    sub-folders) and segmentation maps in ``data_prefix.seg_map_path``."""
+    sub-folders) and segmentation maps in ``data_prefix.seg_map_path``; an MNIST-type dataset
+    that may not download (:data:`IDX_DATASETS`, ``download=False``) its four idx files."""
     problems: List[str] = []
     for loader_key in dataloaders:
         loader = cfg.get(loader_key, None)
@@ -336,6 +358,8 @@ def check_data_paths(cfg, dataloaders=('train_dataloader', 'val_dataloader',
                     problems.append(f'{key}.ann_file: {path!r} does not exist; {_data_hint(path)}')
                 elif osp.isfile(path) and osp.getsize(path) == 0:
                     problems.append(f'{key}.ann_file: {path!r} is empty; {_data_hint(path)}')
+            elif str(ds.get('type', '')).rpartition('.')[2] in IDX_DATASETS:
+                problems += _check_idx_files(key, ds, root)
             elif ds.get('type', None) is not None:
                 problems += _check_images(key, ds, root)
     if problems:  # one line, every problem

@@ -4,7 +4,8 @@
 dataset (classification, COCO detection/instance segmentation and semantic
 segmentation) from scikit-learn's bundled handwritten digits; its class
 names and palette are ``mmdcs.datasets.digits.DIGIT_CLASSES``,
-``SEG_CLASSES`` and ``SEG_PALETTE``.
+``SEG_CLASSES`` and ``SEG_PALETTE``. :mod:`mmdcs.datasets.fashion_mnist` places
+Fashion-MNIST's idx files where mmpretrain's ``FashionMNIST`` reads them.
 """
 from .digits import build_all, build_classification, build_scenes
 
