@@ -1,4 +1,4 @@
-"""Side by side with Torch-Pruning at equal FLOPs (issue 23; docs/benchmarks.md *Side by side
+"""Side by side with Torch-Pruning at equal FLOPs or equal measured latency (docs/benchmarks.md *Side by side
 with Torch-Pruning*).
 
 One model, one process: mmdcs's budget subnet at a latency target (the paper's variant with

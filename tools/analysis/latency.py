@@ -324,32 +324,19 @@ def resolve_devices(args) -> None:
     args.devices = list(dict.fromkeys(args.devices))
 
 
-def run(args):
-    resolve_devices(args)
-    if args.target_latency is not None:
-        return run_latency_target(args)
-    import torch
+def _jobs(args):
+    """The models to time: ``[(arch, callable building (base, sub, size))]`` and the row label
+    of a config's peer (its ratio and variant)."""
     from mmdcs.analysis.complexity import TABLE_MODELS, backbone_class
-    from mmdcs.analysis.latency import (build_pair, environment_note, format_latency_table,
-                                        format_module_scaling, format_op_groups,
-                                        format_profile, format_theta_fusion, is_peer_backbone,
-                                        keep_freed_memory, latency_pair, module_scaling,
-                                        op_groups, profile_ops, theta_fusion_timing)
-    from mmdcs.apis.latency_io import make_runtime
+    from mmdcs.analysis.latency import _size, build_pair, is_peer_backbone
     from mmdcs.selection import SubnetError, SubnetSpec
-    make_runtime(args.runtime, threads=args.threads)  # one line where it cannot run here
-    common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
-                  warmup=args.warmup, repeats=args.repeats, number=args.number,
-                  tolerance=args.tolerance, seed=args.seed, runtime=args.runtime)
-    jobs = []  # (arch, callable building (base, sub, size))
-    label = {}  # config mode, peer methods: ratio and variant of the row
     if args.config:
         arch, base, sub, size = _config_pair(args)
-        jobs.append((arch, lambda: (base, sub, size)))
-        if is_peer_backbone(sub):
-            label = dict(variant=type(sub).__name__,
-                         ratio=(getattr(sub, 'keep_ratios', None) or [None])[0])
-    elif args.subnet:
+        label = dict(variant=type(sub).__name__,
+                     ratio=(getattr(sub, 'keep_ratios', None) or [None])[0]) \
+            if is_peer_backbone(sub) else {}
+        return [(arch, lambda: (base, sub, size))], label
+    if args.subnet:
         try:
             spec = SubnetSpec.coerce(args.subnet)
             backbone_class(spec.arch)
@@ -358,32 +345,87 @@ def run(args):
 
         def from_spec(spec=spec):
             b, s, _ = build_pair(spec.arch, subnet=spec, input_size=args.size, seed=args.seed)
-            from mmdcs.analysis.latency import _size
             return b, s, _size(args.size, spec.arch)
-        jobs.append((spec.arch, from_spec))
-    else:
-        models = args.models or list(TABLE_MODELS)
-        for m in models:
-            try:
-                cls = backbone_class(m)
-            except ValueError as e:
-                raise UserError(str(e)) from e
-            if args.select_heads and not cls.supports_heads:
-                raise UserError(f'--select-heads: {m} ({cls.__name__}) has no head selection '
-                                '(supports_heads is False)')
-        for m in models:
-            def from_ratio(m=m):
-                from mmdcs.analysis.latency import _size
-                try:
-                    b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size,
-                                         args.seed, args.multiple_of, args.target_flops,
-                                         args.select_hidden, not args.hidden_only,
-                                         args.theta_rank, args.select_heads, args.ranked)
-                except (KeyError, ValueError) as e:
-                    raise UserError(f'{m}: {e}') from e
-                return b, s, _size(args.size, m)
-            jobs.append((m, from_ratio))
+        return [(spec.arch, from_spec)], {}
+    models = args.models or list(TABLE_MODELS)
+    for m in models:
+        try:
+            cls = backbone_class(m)
+        except ValueError as e:
+            raise UserError(str(e)) from e
+        if args.select_heads and not cls.supports_heads:
+            raise UserError(f'--select-heads: {m} ({cls.__name__}) has no head selection '
+                            '(supports_heads is False)')
 
+    def from_ratio(m):
+        try:
+            b, s, _ = build_pair(m, args.ratio, args.variant, None, args.size, args.seed,
+                                 args.multiple_of, args.target_flops, args.select_hidden,
+                                 not args.hidden_only, args.theta_rank, args.select_heads,
+                                 args.ranked)
+        except (KeyError, ValueError) as e:
+            raise UserError(f'{m}: {e}') from e
+        return b, s, _size(args.size, m)
+    return [(m, lambda m=m: from_ratio(m)) for m in models], {}
+
+
+def _diagnostics(args, arch, base, sub, size) -> dict:
+    """--profile, --modules and --theta-fusion of one pair: printed, and returned for the JSON."""
+    import torch
+    from mmdcs.analysis.latency import (format_module_scaling, format_op_groups,
+                                        format_profile, format_theta_fusion, module_scaling,
+                                        op_groups, profile_ops, theta_fusion_timing)
+    out, b = {}, args.batch_sizes[0]
+    x = torch.randn((b, 3) + tuple(size))
+    how = f'batch {b}, {args.threads} thread(s)'
+    if args.profile:
+        prof = profile_ops({'baseline': base.cpu(), 'subnet': sub.cpu()}, x,
+                           repeats=max(1, min(args.repeats, 3)), top=None,
+                           threads=args.threads, rounds=args.profile_rounds)
+        groups = {k: op_groups(v) for k, v in prof.items()}
+        out.update(ops={k: v[:args.profile_top] + v[-1:] for k, v in prof.items()},
+                   groups=groups)
+        for name in ('baseline', 'subnet'):
+            print(format_profile(out['ops'][name], f'\n{arch} {name}: top CPU ops, ms per '
+                                 f'forward ({how}, median of {args.profile_rounds} '
+                                 'interleaved rounds)'))
+        print(f'\n{arch}: CPU self time by op group (ms per forward)')
+        print(format_op_groups(groups), end='\n\n')
+    if args.modules:
+        out['modules'] = module_scaling(base.cpu(), sub.cpu(), x, rounds=args.repeats,
+                                        threads=args.threads)
+        print(format_module_scaling(out['modules'], f'\n{arch}: time by module ({how}, '
+                                    f'forward hooks, median of {args.repeats} interleaved '
+                                    'passes)'), end='\n\n')
+    if args.theta_fusion:
+        out['theta_fusion'] = fusion = theta_fusion_timing(sub.cpu(), x, rounds=args.repeats,
+                                                           threads=args.threads)
+        print(format_theta_fusion(fusion, f'\n{arch}: qkv and Linear_θ, separate vs one fused '
+                                  f'matmul ({how})') if fusion else
+              f'\n{arch}: no attention with a full-rank Linear_θ to fuse', end='\n\n')
+    return out
+
+
+def _row_line(arch, r, tolerance) -> str:
+    heads = f'heads {r["heads_kept"]}/{r["heads_total"]} ' if 'heads_kept' in r else ''
+    return (f'{arch}: {r["device"]} batch {r["batch"]}: baseline {r["base_ms"]:.2f} ms/img, '
+            f'subnet {r["sub_ms"]:.2f} ms/img, latency ratio {r["latency_ratio"]:.3f}, FLOPs '
+            f'ratio {r["flops_ratio"]:.3f} {heads}'
+            f'({"within" if r["within"] else "NOT within"} ±{tolerance})')
+
+
+def run(args):
+    resolve_devices(args)
+    if args.target_latency is not None:
+        return run_latency_target(args)
+    from mmdcs.analysis.latency import (environment_note, format_latency_table,
+                                        keep_freed_memory, latency_pair)
+    from mmdcs.apis.latency_io import make_runtime
+    make_runtime(args.runtime, threads=args.threads)  # one line where it cannot run here
+    common = dict(batch_sizes=args.batch_sizes, devices=args.devices, threads=args.threads,
+                  warmup=args.warmup, repeats=args.repeats, number=args.number,
+                  tolerance=args.tolerance, seed=args.seed, runtime=args.runtime)
+    jobs, label = _jobs(args)
     if not args.system_malloc:
         keep_freed_memory()
     rows, profiles = [], {}
@@ -395,50 +437,12 @@ def run(args):
                            input_size=size, models=(base, sub), **common)
         rows += new
         for r in new:
-            print(f'{arch}: {r["device"]} batch {r["batch"]}: baseline {r["base_ms"]:.2f} '
-                  f'ms/img, subnet {r["sub_ms"]:.2f} ms/img, latency ratio '
-                  f'{r["latency_ratio"]:.3f}, FLOPs ratio {r["flops_ratio"]:.3f} '
-                  + (f'heads {r["heads_kept"]}/{r["heads_total"]} ' if 'heads_kept' in r else '')
-                  + f'({"within" if r["within"] else "NOT within"} ±{args.tolerance})',
-                  flush=True)
-        if args.profile:
-            x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
-            prof = profile_ops({'baseline': base.cpu(), 'subnet': sub.cpu()}, x,
-                               repeats=max(1, min(args.repeats, 3)), top=None,
-                               threads=args.threads, rounds=args.profile_rounds)
-            groups = {k: op_groups(v) for k, v in prof.items()}
-            profiles[arch] = dict(ops={k: v[:args.profile_top] + v[-1:] for k, v in prof.items()},
-                                  groups=groups)
-            for name in ('baseline', 'subnet'):
-                print(format_profile(profiles[arch]['ops'][name],
-                                     f'\n{arch} {name}: top CPU ops, ms per forward (batch '
-                                     f'{args.batch_sizes[0]}, {args.threads} thread(s), median '
-                                     f'of {args.profile_rounds} interleaved rounds)'))
-            print(f'\n{arch}: CPU self time by op group (ms per forward)')
-            print(format_op_groups(groups))
-            print()
-        if args.modules:
-            x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
-            report = module_scaling(base.cpu(), sub.cpu(), x, rounds=args.repeats,
-                                    threads=args.threads)
-            profiles.setdefault(arch, {})['modules'] = report
-            print(format_module_scaling(
-                report, f'\n{arch}: time by module (batch {args.batch_sizes[0]}, '
-                        f'{args.threads} thread(s), forward hooks, median of {args.repeats} '
-                        'interleaved passes)'))
-            print()
-        if args.theta_fusion:
-            x = torch.randn((args.batch_sizes[0], 3) + tuple(size))
-            fusion = theta_fusion_timing(sub.cpu(), x, rounds=args.repeats, threads=args.threads)
-            profiles.setdefault(arch, {})['theta_fusion'] = fusion
-            print(format_theta_fusion(
-                fusion, f'\n{arch}: qkv and Linear_θ, separate vs one fused matmul (batch '
-                        f'{args.batch_sizes[0]}, {args.threads} thread(s))') if fusion else
-                  f'\n{arch}: no attention with a full-rank Linear_θ to fuse')
-            print()
+            print(_row_line(arch, r, args.tolerance), flush=True)
+        extra = _diagnostics(args, arch, base, sub, size)
+        if extra:
+            profiles[arch] = extra
         print(f'({arch}: {time.perf_counter() - t0:.0f} s)', flush=True)
-    text = format_latency_table(rows)
-    text += '\n\n' + environment_note()
+    text = format_latency_table(rows) + '\n\n' + environment_note()
     print('\n' + text)
     print(f'\n({len(rows)} rows in {time.perf_counter() - t_all:.0f} s)')
     write_texts({args.out: text + '\n',
