@@ -65,19 +65,13 @@ def parse_args(argv=None):
 
 
 def time_sessions(sessions: dict, x, warmup: int, repeats: int) -> dict:
-    """name → list of per-batch ms of ``repeats`` interleaved rounds."""
+    """name → list of per-batch ms of ``repeats`` interleaved rounds (the one timing loop,
+    :func:`mmdcs.analysis.latency.time_interleaved`, on the wall clock)."""
+    from mmdcs.analysis.latency import Meter, time_interleaved
     feeds = {n: {s.get_inputs()[0].name: x} for n, s in sessions.items()}
-    for _ in range(warmup):
-        for n, s in sessions.items():
-            s.run(None, feeds[n])
-    times = {n: [] for n in sessions}
-    names = list(sessions)
-    for r in range(repeats):
-        for n in (names if r % 2 == 0 else names[::-1]):
-            t0 = time.perf_counter()
-            sessions[n].run(None, feeds[n])
-            times[n].append((time.perf_counter() - t0) * 1e3)
-    return times
+    items = {n: (lambda s=s, f=feeds[n]: s.run(None, f), None) for n, s in sessions.items()}
+    t = time_interleaved(items, repeats, warmup, Meter(('wall', )))
+    return {n: v['wall'] for n, v in t.items()}
 
 
 def time_torch(models: dict, x, warmup: int, repeats: int, threads: int) -> dict:
