@@ -765,24 +765,38 @@ def run_grid(runs: List[dict], results: Results, run_one: Callable[[dict], dict]
              ) -> List[dict]:
     """Run every run not in ``results`` (``run_one(run)`` → the row's measurements), adding
     each row as it finishes; one progress line per run (done / total, elapsed, ETA from the
-    mean time of the runs done in this call)."""
+    times of the runs done in this call: :func:`eta`)."""
     todo = [r for r in runs if run_key(r) not in results.done]
     skipped = len(runs) - len(todo)
     if skipped:
         log(f'{skipped} of {len(runs)} runs already in {results.path}: skipped')
-    t0 = clock()
+    t0, took = clock(), []
     for i, run in enumerate(todo):
         what = (f"{run['model']} {run['method']} budget {run['budget']:g} seed {run['seed']} "
                 f"({run['regime']})")
         log(f'[{skipped + i + 1}/{len(runs)}] {what} ...')
+        start = clock()
         row = dict(run)
         row.update(run_one(run))
         results.add(row)
-        elapsed = clock() - t0
-        eta = elapsed / (i + 1) * (len(todo) - i - 1)
+        took.append((run['method'], clock() - start))
         log(f"[{skipped + i + 1}/{len(runs)}] {what}: top-1 {row['top1']:.2f} | "
-            f'{_clock(elapsed)} elapsed | ETA {_clock(eta)}')
+            f'{_clock(clock() - t0)} elapsed | ETA {_clock(eta(took, todo[i + 1:]))}')
     return results.rows
+
+
+def eta(took: Sequence[Tuple[str, float]], todo: Sequence[dict]) -> float:
+    """Seconds the runs ``todo`` will take, from the measured times of finished runs
+    (``took``: (method, seconds)): each at its method's mean, a method not yet timed at the
+    mean of the finished runs other than the baseline (one long training, not a row's), or of
+    all of them."""
+    per = defaultdict(list)
+    for method, seconds in took:
+        per[method].append(seconds)
+    rows = [s for m, s in took if m != 'baseline'] or [s for _, s in took]
+    fallback = sum(rows) / len(rows) if rows else 0.
+    return sum(sum(per[r['method']]) / len(per[r['method']]) if per[r['method']] else fallback
+               for r in todo)
 
 
 def _clock(seconds: float) -> str:
@@ -847,9 +861,12 @@ def read_baseline(work_dir: str, epochs: int) -> dict:
     if sorted(curve) != list(range(1, epochs + 1)):
         raise UserError(f'{what}: validated after epochs {sorted(curve)}, not after each of '
                         f'the {epochs} epochs (--baseline-epochs)')
-    with trust_scope():
-        trust_checkpoints(dirs=[work_dir])
-        load_checkpoint_file(ckpt, map_location='cpu')
+    try:
+        with trust_scope():
+            trust_checkpoints(dirs=[work_dir])
+            load_checkpoint_file(ckpt, map_location='cpu')
+    except (OSError, ValueError) as e:
+        raise UserError(f'{what}: its last checkpoint is not readable: {e}') from e
     return dict(checkpoint=ckpt, curve=[round(curve[e], 4) for e in range(1, epochs + 1)])
 
 
@@ -1306,11 +1323,12 @@ def check_data(models: Sequence[str], data: str, train_images: int = 0) -> None:
 
 def _check_protocol(protocol: Protocol, methods: Sequence[str], pretrained: bool, epochs: int,
                     search_epochs: Optional[int], pruner_epochs: Optional[int],
-                    train_images: int) -> Optional[dict]:
+                    train_images: int, read: bool = True) -> Optional[dict]:
     """A shared baseline's protocol (Fashion-MNIST, ``--baseline-from``) checked before
     anything is created: it prunes a trained model (``pretrained``), and every method trains
-    the same images after it (:func:`check_equal_training`). Returns the images each row
-    trains (None without a shared baseline)."""
+    the same images after it (:func:`check_equal_training`), ``baseline_from`` a finished run
+    (unless not ``read``: the tables only). Returns the images each row trains (None without
+    a shared baseline)."""
     ablations = [m for m in methods if m in ABLATIONS]
     if ablations and (not pretrained or 'dcs' not in methods):
         raise UserError(f'--methods {" ".join(ablations)}: the ablation at DCS\'s widths '
@@ -1323,7 +1341,7 @@ def _check_protocol(protocol: Protocol, methods: Sequence[str], pretrained: bool
             'one trained baseline: add --pretrained')
     per = check_equal_training(methods, epochs, search_epochs or epochs,
                                pruner_epochs or epochs)
-    if protocol.baseline_from:  # a finished run, its checkpoint readable: before any run
+    if protocol.baseline_from and read:  # a finished run, its checkpoint readable
         read_baseline(protocol.baseline_from, protocol.baseline_epochs or epochs)
     n = train_images or DATASETS[protocol.dataset].get('train_size', 0)
     return dict(baseline=(protocol.baseline_epochs or epochs) * n, method=per * n)
@@ -1408,7 +1426,7 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         if not (isinstance(pruner_epochs, int) and pruner_epochs > 0):
             raise UserError(f'--pruner-epochs must be a positive integer, got {pruner_epochs!r}')
     seen = _check_protocol(protocol, methods, pretrained, epochs, search_epochs,
-                           pruner_epochs, train_images)
+                           pruner_epochs, train_images, read=not tables_only)
     if run_one is None and protocol.dataset != 'digits':
         check_fashion_data(data, train_images)
     elif run_one is None:  # the runs read DATA: checked before anything is created

@@ -1,5 +1,5 @@
-"""Compare DCS, KCR and the plain pruners at equal FLOPs or equal latency on the digits, over
-seeds (docs/user_guide/compare.md).
+"""Compare DCS, KCR and the plain pruners at equal FLOPs or equal latency on the digits or
+Fashion-MNIST, over seeds (docs/user_guide/compare.md).
 
     python tools/analysis/compare_methods.py --models deit-tiny mobilevit-xs \\
         --methods dcs kcr magnitude uniform random taylor --budgets 0.9 0.7 0.5 \\
@@ -27,6 +27,13 @@ target, magnitude / Taylor rank per unit of predicted latency, uniform takes the
 kept ratio whose predicted latency meets it, random the widths of KCR (or magnitude). Each row
 has the predicted and the measured latency ratio, FLOPs and params beside; the plot's x-axis is
 the measured ratio. A budget below a table's predicted floor is refused before any training.
+``--dataset fashion-mnist`` (with ``--pretrained``): one baseline trained for
+``--baseline-epochs`` (or read with ``--baseline-from WORK_DIR``) that every method and seed
+prunes, every method trained as many images after it (a search's epochs counted), the ablation
+arms ``dcs-ce`` / ``dcs-kcr`` at DCS's widths, latency tables at batch 16 and every export
+corrected by measurement; ``summary.md`` adds the baseline's curve, the noise floor and 95 % t
+intervals (docs/user_guide/compare.md). ``--tables DIR --tables-only``: measure the latency
+tables (shared by grids run apart) and check the budgets, then stop.
 ``--arch-lr LR``: the architecture optimiser's lr of the searches (the alpha-lr ablation; its
 cosine floor stays at a tenth of it).
 """
@@ -51,7 +58,7 @@ from mmdcs.apis.outputs import check_output_dir  # noqa: E402
 
 def parse_args(argv=None):
     p = ToolParser(description='Compare DCS/KCR with magnitude, uniform, random and Taylor '
-                   'pruning at equal FLOPs or latency over seeds (digits, 64x64)')
+                   'pruning at equal FLOPs or latency over seeds (digits or Fashion-MNIST, 64x64)')
     p.add_argument('--models', nargs='+', choices=tuple(MODELS), default=['deit-tiny'])
     p.add_argument('--methods', nargs='+', choices=METHODS,
                    default=['dcs', 'kcr', 'magnitude', 'uniform'])
