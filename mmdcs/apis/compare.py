@@ -529,7 +529,8 @@ def protocol_lines(rows: List[dict], settings: dict) -> List[str]:
     for b in base:
         curve = ', '.join(f'{v:.2f}' for v in b['curve'])
         lines.append(f"Baseline {MODELS.get(b['model'], {}).get('label', b['model'])} (seed "
-                     f"{b['seed']}, {len(b['curve'])} epochs, {b.get('images_seen', '?')} "
+                     f"{b['seed']}, {len(b['curve'])} epoch{'s' * (len(b['curve']) != 1)}, "
+                     f"{b.get('images_seen', '?')} "
                      f"images seen): val top-1 after each epoch {curve}; noise floor: one "
                      f"run's binomial standard error at {b['top1']:.2f} % on {images} test "
                      f"images is {noise_floor(b['top1'], images):.2f} points.")

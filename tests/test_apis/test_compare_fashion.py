@@ -229,3 +229,25 @@ def test_latency_exports_are_refined_and_rows_outside_the_tolerance_marked(
             params=dict(ratio=0.8), flops=dict(ratio=0.7), latency=dict(ratio=measured)))))
         row = runner._row(str(tmp_path), 2, 'c.py', [], spec, run)
         assert (row['latency_ratio'], row['latency_within']) == (measured, within)
+
+
+def test_tables_only_checks_the_budgets_before_the_baseline_exists(tmp_path):
+    prepared = []
+
+    class Tables(_Tables):
+        folder = str(tmp_path / 'tables')
+
+        def settings(self):
+            return dict(batch=16)
+
+        def prepare(self, models, methods, budgets):
+            prepared.append((list(models), list(budgets)))
+
+    out = str(tmp_path / 'grid')
+    # the baseline is still training (make compare-fashion): its work dir is not read yet
+    rows = compare(['deit-tiny'], ['dcs', 'magnitude'], [0.7, 0.5], [0], out, 2, 10000,
+                   pretrained=True, resource='latency', search_epochs=1, pruner_epochs=3,
+                   run_one=_fake_run, log=lambda s: None, tables=Tables(), tables_only=True,
+                   protocol=Protocol.of('fashion-mnist', baseline_from=str(tmp_path / 'b')))
+    assert rows == [] and prepared == [(['deit-tiny'], [0.7, 0.5])]
+    assert not osp.exists(osp.join(out, 'results.json'))
