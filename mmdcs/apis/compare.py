@@ -781,7 +781,10 @@ def run_grid(runs: List[dict], results: Results, run_one: Callable[[dict], dict]
         row.update(run_one(run))
         results.add(row)
         took.append((run['method'], clock() - start))
-        log(f"[{skipped + i + 1}/{len(runs)}] {what}: top-1 {row['top1']:.2f} | "
+        miss = (f" | measured latency {row['latency_ratio']:.3f}: outside ±"
+                f'{LATENCY_TOLERANCE:g} of the budget (marked)'
+                if row.get('latency_within') is False else '')
+        log(f"[{skipped + i + 1}/{len(runs)}] {what}: top-1 {row['top1']:.2f}{miss} | "
             f'{_clock(clock() - t0)} elapsed | ETA {_clock(eta(took, todo[i + 1:]))}')
     return results.rows
 

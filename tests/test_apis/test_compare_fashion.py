@@ -48,6 +48,18 @@ def _fake_run(run):
     return dict(top1=80. + run['seed'], latency_ratio=None, widths={})
 
 
+def test_a_row_outside_the_latency_tolerance_is_said_in_its_progress_line(tmp_path):
+    lines = []
+
+    def run_one(run):
+        return dict(top1=80., latency_ratio=0.75, widths={},
+                    latency_within=(run['method'], run['seed']) != ('magnitude', 1))
+    compare(['deit-tiny'], ['magnitude'], [0.7], [0, 1], str(tmp_path / 'g'), 3, 0,
+            pretrained=True, latency=False, run_one=run_one, log=lines.append)
+    said = [line for line in lines if 'outside ±0.03' in line]
+    assert len(said) == 1 and 'magnitude budget 0.7 seed 1' in said[0] and '0.750' in said[0]
+
+
 def test_fashion_grid_refuses_unequal_training_and_records_images_seen(tmp_path):
     out = str(tmp_path / 'grid')
     kw = dict(pretrained=True, latency=False, run_one=_fake_run, log=lambda s: None,
