@@ -10,8 +10,8 @@ export MMDCS_VENV := $(VENV)
 PYTEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := setup
-.PHONY: help setup demo demo-flops demo-latency demo-peers compare compare-pretrained test \
-	clean-venv
+.PHONY: help setup demo demo-flops demo-latency demo-peers compare compare-pretrained \
+	compare-fashion test clean-venv
 
 help: ## this list [under 1 s]
 	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) | \
@@ -48,6 +48,43 @@ compare-pretrained: setup ## pruning a trained DeiT-Tiny, 3 seeds [2 h 07 min lo
 	$(PY) tools/analysis/compare_methods.py --pretrained --models deit-tiny \
 		--methods dcs kcr magnitude taylor --budgets 0.7 --seeds 0 1 2 \
 		--epochs 4 --search-epochs 2 --train-images 0 --out $(COMPARE_PRETRAINED_OUT)
+
+# Fashion-MNIST, the protocol of docs/benchmarks_fashion_plan.md: DeiT-Tiny trained once (12
+# epochs on the first 10,000 images, validated every epoch) while the latency tables (batch 16)
+# are measured and every budget checked against their floors; then per seed and budget DCS, KCR
+# (search 1 + fine-tune 2 epochs), magnitude, Taylor, uniform (fine-tune 3) and the ablation at
+# DCS's widths (fine-tune 2), every subnet at its measured latency: two one-thread processes,
+# one per budget, each pinned to a core, then merged. Rerun to resume. A baseline trained
+# elsewhere by the same tools/train.py command: COMPARE_FASHION_BASELINE=WORK_DIR.
+COMPARE_FASHION_OUT ?= work_dirs/compare_fashion
+COMPARE_FASHION_BASELINE ?= $(COMPARE_FASHION_OUT)/baseline
+FASHION_EPOCHS := 12
+FASHION_IMAGES := 10000
+FASHION_GRID := --dataset fashion-mnist --pretrained --resource latency --models deit-tiny \
+	--methods dcs kcr magnitude taylor uniform dcs-ce dcs-kcr --seeds 0 1 2 \
+	--epochs 2 --search-epochs 1 --pruner-epochs 3 --train-images $(FASHION_IMAGES) \
+	--baseline-epochs $(FASHION_EPOCHS) --baseline-from $(COMPARE_FASHION_BASELINE) \
+	--tables $(COMPARE_FASHION_OUT)/tables
+ONE_CORE := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c
+compare-fashion: setup ## 7 methods x 2 latency budgets x 3 seeds, Fashion-MNIST [~95 min planned]
+	$(PY) tools/data/fashion_mnist.py --out data/fashion-mnist
+	set -e; pids=; \
+	if [ ! -f $(COMPARE_FASHION_BASELINE)/epoch_$(FASHION_EPOCHS).pth ]; then \
+		$(ONE_CORE) 1 $(PY) tools/train.py configs/demo/deit-tiny_fashion-cls.py \
+		--work-dir $(COMPARE_FASHION_BASELINE) --cfg-options \
+		train_cfg.max_epochs=$(FASHION_EPOCHS) train_dataloader.dataset.indices=$(FASHION_IMAGES) \
+		randomness.seed=0 & pids=$$!; fi; \
+	$(ONE_CORE) 0 $(PY) tools/analysis/compare_methods.py $(FASHION_GRID) --budgets 0.7 0.5 \
+		--tables-only --out $(COMPARE_FASHION_OUT) & pids="$$pids $$!"; \
+	for p in $$pids; do wait $$p; done
+	set -e; \
+	$(ONE_CORE) 0 $(PY) tools/analysis/compare_methods.py $(FASHION_GRID) --budgets 0.7 \
+		--out $(COMPARE_FASHION_OUT)/budget0.7 & a=$$!; \
+	$(ONE_CORE) 1 $(PY) tools/analysis/compare_methods.py $(FASHION_GRID) --budgets 0.5 \
+		--out $(COMPARE_FASHION_OUT)/budget0.5 & b=$$!; \
+	wait $$a; wait $$b
+	$(PY) tools/analysis/compare_methods.py --merge $(COMPARE_FASHION_OUT)/budget0.7 \
+		$(COMPARE_FASHION_OUT)/budget0.5 --out $(COMPARE_FASHION_OUT)
 
 test: setup ## the whole test suite [time: docs/get_started.md]
 	$(PY) -m pytest tests -n $(PYTEST_WORKERS) --dist loadgroup -q -p no:cacheprovider

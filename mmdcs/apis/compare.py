@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -40,7 +41,8 @@ from mmdcs.analysis.plots import last_validation
 from mmdcs.checks import check_timing
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import SubnetSpec, file_sha256
-from mmdcs.selection.budget import CHANNELS, HIDDEN, BudgetError, resource_options
+from mmdcs.selection.budget import (CHANNELS, HIDDEN, LATENCY_TOLERANCE, BudgetError,
+                                    resource_options)
 from mmdcs.selection.importance import widths_of
 from mmdcs.selection.jsonio import read_json
 from mmdcs.selection.latency_cost import LatencyCost, selection_options
@@ -61,7 +63,11 @@ MODELS = {
 }
 SEARCHED = ('dcs', 'kcr')
 PRUNERS = ('magnitude', 'uniform', 'random', 'taylor')
-METHODS = SEARCHED + PRUNERS
+#: the ablation at DCS's searched widths (pretrained regime): DCS's exported subnet and weights
+#: fine-tuned with cross-entropy only, or with the KCR term instead of DCS's IB term (DCS's own
+#: row is + IB); the network, its Q/K gates and their temperature schedule are DCS's
+ABLATIONS = ('dcs-ce', 'dcs-kcr')
+METHODS = SEARCHED + PRUNERS + ABLATIONS
 REGIMES = ('scratch', 'pretrained')
 #: what a comparison's budgets are ratios of: the baseline's FLOPs, or the latency of each
 #: network predicted by its own table (a resource whose budget takes a table:
@@ -103,6 +109,62 @@ def retrain_config(model: str, method: str, retrain: str = 'default',
     if pretrained:
         return f'configs/pretrained/{kind}-{model}_finetune_digits.py'
     return f'configs/demo/{kind}-{model}_retrain_digits.py'
+
+
+def ablation_config(model: str, method: str, dataset: str = 'digits') -> str:
+    """The fine-tuning config of an ablation arm at DCS's widths (:data:`ABLATIONS`): DCS's
+    fine-tuning config with cross-entropy only (``dcs-ce``) or with the KCR term in place of
+    the IB term (``dcs-kcr``), DCS's temperature hook kept in both."""
+    arm = method.split('-', 1)[1]
+    return for_dataset(f'configs/pretrained/dcs-{model}_finetune-{arm}_digits.py', dataset)
+
+
+#: the data sets of a comparison: where the runs read them, the defaults of their protocol.
+#: Fashion-MNIST's protocol (docs/benchmarks_fashion_plan.md): one baseline (seed 0) trained
+#: for ``baseline_epochs`` on the first ``train_images`` images and validated every epoch, which
+#: every method and seed prunes; every method trains the same number of images after it (a
+#: search's epochs counted, :func:`training_epochs`); every run validated once, after its last
+#: epoch; latency tables at batch ``latency_batch`` and every export corrected by measurement
+#: (``refine`` tries) to within :data:`~mmdcs.selection.budget.LATENCY_TOLERANCE`
+DATASETS = {
+    'digits': dict(data='data/digits', label='the digits val set', test_images=None,
+                   place='python tools/data/build_digits.py --out {data}'),
+    'fashion-mnist': dict(data='data/fashion-mnist', label='the Fashion-MNIST test set',
+                          test_images=10000, train_size=60000, train_images=10000,
+                          baseline_epochs=12, latency_batch=16, refine=3,
+                          place='python tools/data/fashion_mnist.py --out {data}'),
+}
+
+
+def for_dataset(config: str, dataset: str) -> str:
+    """The config of ``dataset`` named as the digits' ``config`` (``*_digits*.py`` →
+    ``*_fashion*.py``, the same model and schedule on the other data)."""
+    if dataset == 'digits':
+        return config
+    return osp.join(osp.dirname(config), osp.basename(config).replace('_digits', '_fashion'))
+
+
+def training_epochs(method: str, epochs: int, search_epochs: int, pruner_epochs: int,
+                    pretrained: bool = True) -> int:
+    """The epochs over the training images a method's row trains after the baseline: a search
+    and its fine-tuning (DCS, KCR, and the ablation arms fine-tuned from DCS's search), or a
+    pruner's fine-tuning (``pruner_epochs``; from scratch ``epochs``)."""
+    if method in SEARCHED + ABLATIONS:
+        return search_epochs + epochs
+    return pruner_epochs if pretrained else epochs
+
+
+def check_equal_training(methods: Sequence[str], epochs: int, search_epochs: int,
+                         pruner_epochs: int) -> int:
+    """The epochs every method trains after the baseline (:func:`training_epochs`), or one
+    :class:`UserError` line naming each method's when they differ."""
+    got = {m: training_epochs(m, epochs, search_epochs, pruner_epochs) for m in methods}
+    if len(set(got.values())) > 1:
+        raise UserError('equal training: the methods would train different numbers of epochs '
+                        f'after the baseline ({", ".join(f"{m} {e}" for m, e in got.items())}; '
+                        'a search\'s epochs count: --search-epochs + --epochs must equal '
+                        '--pruner-epochs)')
+    return next(iter(got.values()), 0)
 
 
 def _print(line: str) -> None:
@@ -342,6 +404,39 @@ def mean_std(values: Sequence[float]) -> Tuple[float, float]:
     return m, math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
 
 
+#: t's 0.975 quantile (two-sided 95 %) for 1 to 30 degrees of freedom, where scipy is absent
+T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
+        2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
+        2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
+        2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
+
+
+def t975(df: int) -> float:
+    """Student's t 0.975 quantile with ``df`` degrees of freedom (scipy's where installed,
+    else :data:`T975`; above 30 its 30's, slightly wide)."""
+    try:
+        from scipy.stats import t
+    except ImportError:
+        return T975[min(int(df), len(T975)) - 1]
+    return float(t.ppf(0.975, int(df)))
+
+
+def t_interval(values: Sequence[float]) -> Tuple[float, float]:
+    """The 95 % t interval of the mean of ``values`` (mean ± t975(n − 1)·s/√n; NaNs for fewer
+    than two values)."""
+    m, s = mean_std(values)
+    if len(values) < 2:
+        return math.nan, math.nan
+    h = t975(len(values) - 1) * s / math.sqrt(len(values))
+    return m - h, m + h
+
+
+def noise_floor(top1: float, images: int) -> float:
+    """One run's binomial standard error (points) at ``top1`` % on ``images`` test images."""
+    p = float(top1) / 100.
+    return 100. * math.sqrt(p * (1. - p) / int(images))
+
+
 def _group_key(row: dict) -> tuple:
     return (row['regime'], row['model'], row['method'], float(row['budget']))
 
@@ -357,6 +452,7 @@ def aggregate(rows: Iterable[dict]) -> Dict[tuple, dict]:
         rs = sorted(groups[key], key=lambda r: r['seed'])
         entry = dict(n=len(rs), seeds=[r['seed'] for r in rs])
         entry['top1'], entry['top1_std'] = mean_std([r['top1'] for r in rs])
+        entry['outside'] = sum(r.get('latency_within') is False for r in rs)
         for ratio in ('params_ratio', 'flops_ratio', 'latency_ratio', 'predicted_latency_ratio'):
             vals = [r.get(ratio) for r in rs if r.get(ratio) is not None]
             entry[ratio], entry[ratio + '_std'] = mean_std(vals) if vals else (None, None)
@@ -366,8 +462,9 @@ def aggregate(rows: Iterable[dict]) -> Dict[tuple, dict]:
 
 def paired_differences(rows: Iterable[dict], reference: str = REFERENCE) -> Dict[tuple, dict]:
     """(regime, model, method, budget) → the top-1 difference (method − reference) over the
-    seeds both have, each seed's pair, their mean and sample std (the paired comparison: the
-    seed's shared data order and initialisation cancel)."""
+    seeds both have, each seed's pair, their mean, sample std and 95 % t interval
+    (:func:`t_interval`; the paired comparison: the seed's shared data order and
+    initialisation cancel)."""
     by = {}
     for r in rows:
         by[_group_key(r) + (r['seed'], )] = float(r['top1'])
@@ -384,9 +481,11 @@ def paired_differences(rows: Iterable[dict], reference: str = REFERENCE) -> Dict
                 if ref is not None:
                     diffs[seed] = v - ref
         if diffs:
-            m, s = mean_std([diffs[k] for k in sorted(diffs)])
+            vals = [diffs[k] for k in sorted(diffs)]
+            m, s = mean_std(vals)
             out[key] = dict(n=len(diffs), diffs={k: diffs[k] for k in sorted(diffs)}, mean=m,
-                            std=s, wins=sum(d > 0 for d in diffs.values()))
+                            std=s, ci95=list(t_interval(vals)),
+                            wins=sum(d > 0 for d in diffs.values()))
     return out
 
 
@@ -413,6 +512,39 @@ REGIME_NOTES = {
 }
 
 
+def _ci(d: dict) -> str:
+    lo, hi = d.get('ci95') or (math.nan, math.nan)
+    return '—' if math.isnan(lo) else f'[{lo:+.2f}, {hi:+.2f}]'
+
+
+def protocol_lines(rows: List[dict], settings: dict) -> List[str]:
+    """What a shared baseline's protocol adds to the summary: the baseline's top-1 after every
+    epoch, the test set's noise floor at its accuracy, the images every method trained after
+    it, and whether every row's measured latency is within the tolerance of its budget."""
+    base = [r for r in rows if r['method'] == 'baseline' and r.get('curve')]
+    if not base:
+        return []
+    lines = []
+    images = settings.get('val_images') or DATASETS[settings['dataset']]['test_images']
+    for b in base:
+        curve = ', '.join(f'{v:.2f}' for v in b['curve'])
+        lines.append(f"Baseline {MODELS.get(b['model'], {}).get('label', b['model'])} (seed "
+                     f"{b['seed']}, {len(b['curve'])} epoch{'s' * (len(b['curve']) != 1)}, "
+                     f"{b.get('images_seen', '?')} "
+                     f"images seen): val top-1 after each epoch {curve}; noise floor: one "
+                     f"run's binomial standard error at {b['top1']:.2f} % on {images} test "
+                     f"images is {noise_floor(b['top1'], images):.2f} points.")
+    seen = sorted({r.get('images_seen') for r in rows if r['method'] != 'baseline'},
+                  key=str)
+    lines.append(f'Training images seen after the baseline by every row: '
+                 f'{", ".join(map(str, seen))} (a search\'s epochs counted against its method).')
+    if settings.get('latency'):
+        out = [r for r in rows if r.get('latency_within') is False]
+        lines.append(f'Measured latency within ±{LATENCY_TOLERANCE:g} of its budget: '
+                     f'{"every row" if not out else f"all but {len(out)} rows (marked ✗)"}.')
+    return [line for x in lines for line in (x, '')]
+
+
 def summary_markdown(rows: List[dict], settings: dict) -> str:
     """DIR/summary.md: mean ± std top-1 per model × method × budget, the cost ratios, the
     paired differences against magnitude over seeds, per regime."""
@@ -437,28 +569,33 @@ def summary_markdown(rows: List[dict], settings: dict) -> str:
         cost = ('ratios to the baseline classifier (FLOPs and params counted by '
                 'mmengine.analysis at 64×64, latency measured on this CPU, batch 16, 1 thread: '
                 'noisy on a shared machine)')
+    dataset = DATASETS.get(settings.get('dataset', 'digits'), DATASETS['digits'])
     lines = ['# Method comparison', '',
              f"Settings: {json.dumps(settings, sort_keys=True)}", '',
-             f'Top-1 on the digits val set (%), mean ± sample std over seeds; {cost}; '
+             f"Top-1 on {dataset['label']} (%), mean ± sample std over seeds; {cost}; "
              f'"vs {REFERENCE}": the paired top-1 difference over the seeds both have '
-             '(mean ± std, seeds where the method is higher / seeds).', '']
+             '(mean ± std, seeds where the method is higher / seeds), "95 % t": its 95 % '
+             'Student-t interval over those seeds (mean ± t(n − 1)·std/√n).', '']
+    lines += protocol_lines(rows, settings)
     for regime in REGIMES:
         keys = [k for k in agg if k[0] == regime]
         if not keys:
             continue
         head = ('| model | method | budget | top-1 | seeds | latency ratio | predicted latency '
-                f'| FLOPs ratio | params ratio | vs {REFERENCE} |' if latency else
+                f'| FLOPs ratio | params ratio | vs {REFERENCE} | 95 % t |' if latency else
                 '| model | method | budget | top-1 | seeds | FLOPs ratio | params ratio | '
-                f'latency ratio | vs {REFERENCE} |')
+                f'latency ratio | vs {REFERENCE} | 95 % t |')
         lines += [f'## {regime}', '', REGIME_NOTES[regime] + '.', '', head,
-                  '|---|---|---|---|---|---|---|---|---|' + ('---|' if latency else '')]
+                  '|---|---|---|---|---|---|---|---|---|---|' + ('---|' if latency else '')]
         for k in keys:
             a = agg[k]
             d = diffs.get(k)
-            vs = (f"{_pm(d['mean'], d['std'])} ({d['wins']}/{d['n']})" if d else '—')
+            vs = (f"{_pm(d['mean'], d['std'])} ({d['wins']}/{d['n']}) | {_ci(d)}" if d
+                  else '— | —')
             first = (f"| {MODELS.get(k[1], {}).get('label', k[1])} | {k[2]} | {k[3]:g} | "
                      f"{_pm(a['top1'], a['top1_std'])} | {a['n']} | ")
-            lat = _pm(a['latency_ratio'], a['latency_ratio_std'], 3 if latency else 2)
+            lat = _pm(a['latency_ratio'], a['latency_ratio_std'], 3 if latency else 2) + (
+                f" ✗ {a['outside']} outside ±{LATENCY_TOLERANCE:g}" if a.get('outside') else '')
             counts = f"{_pm(a['flops_ratio'], None, 3)} | {_pm(a['params_ratio'], None, 3)}"
             if latency:
                 lines.append(first + f"{lat} | {_pm(a['predicted_latency_ratio'], None, 3)} | "
@@ -605,14 +742,18 @@ class Results:
 
 # ----------------------------------------------------------------------------- the grid
 def plan(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
-         seeds: Sequence[int], regime: str) -> List[dict]:
-    """Every run, in the order they are done: per model and seed, the baseline, then per
-    budget the searches before the pruners (random takes KCR's or magnitude's widths)."""
+         seeds: Sequence[int], regime: str, shared: bool = False) -> List[dict]:
+    """Every run, in the order they are done: per model and seed, the baseline (``shared``:
+    one, seed 0, before every seed), then per budget the searches before the pruners (random
+    takes KCR's or magnitude's widths) and the ablations (DCS's export)."""
     runs = []
     for model in models:
+        if shared:
+            runs.append(dict(regime=regime, model=model, method='baseline', budget=1.0, seed=0))
         for seed in seeds:
-            runs.append(dict(regime=regime, model=model, method='baseline', budget=1.0,
-                             seed=seed))
+            if not shared:
+                runs.append(dict(regime=regime, model=model, method='baseline', budget=1.0,
+                                 seed=seed))
             for budget in budgets:
                 for method in sorted(methods, key=_order):
                     runs.append(dict(regime=regime, model=model, method=method,
@@ -625,29 +766,112 @@ def run_grid(runs: List[dict], results: Results, run_one: Callable[[dict], dict]
              ) -> List[dict]:
     """Run every run not in ``results`` (``run_one(run)`` → the row's measurements), adding
     each row as it finishes; one progress line per run (done / total, elapsed, ETA from the
-    mean time of the runs done in this call)."""
+    times of the runs done in this call: :func:`eta`)."""
     todo = [r for r in runs if run_key(r) not in results.done]
     skipped = len(runs) - len(todo)
     if skipped:
         log(f'{skipped} of {len(runs)} runs already in {results.path}: skipped')
-    t0 = clock()
+    t0, took = clock(), []
     for i, run in enumerate(todo):
         what = (f"{run['model']} {run['method']} budget {run['budget']:g} seed {run['seed']} "
                 f"({run['regime']})")
         log(f'[{skipped + i + 1}/{len(runs)}] {what} ...')
+        start = clock()
         row = dict(run)
         row.update(run_one(run))
         results.add(row)
-        elapsed = clock() - t0
-        eta = elapsed / (i + 1) * (len(todo) - i - 1)
-        log(f"[{skipped + i + 1}/{len(runs)}] {what}: top-1 {row['top1']:.2f} | "
-            f'{_clock(elapsed)} elapsed | ETA {_clock(eta)}')
+        took.append((run['method'], clock() - start))
+        miss = (f" | measured latency {row['latency_ratio']:.3f}: outside ±"
+                f'{LATENCY_TOLERANCE:g} of the budget (marked)'
+                if row.get('latency_within') is False else '')
+        log(f"[{skipped + i + 1}/{len(runs)}] {what}: top-1 {row['top1']:.2f}{miss} | "
+            f'{_clock(clock() - t0)} elapsed | ETA {_clock(eta(took, todo[i + 1:]))}')
     return results.rows
+
+
+def eta(took: Sequence[Tuple[str, float]], todo: Sequence[dict]) -> float:
+    """Seconds the runs ``todo`` will take, from the measured times of finished runs
+    (``took``: (method, seconds)): each at its method's mean, a method not yet timed at the
+    mean of the finished runs other than the baseline (one long training, not a row's), or of
+    all of them."""
+    per = defaultdict(list)
+    for method, seconds in took:
+        per[method].append(seconds)
+    rows = [s for m, s in took if m != 'baseline'] or [s for _, s in took]
+    fallback = sum(rows) / len(rows) if rows else 0.
+    return sum(sum(per[r['method']]) / len(per[r['method']]) if per[r['method']] else fallback
+               for r in todo)
 
 
 def _clock(seconds: float) -> str:
     s = int(max(0, seconds))
     return f'{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}'
+
+
+@dataclass
+class Protocol:
+    """What a comparison's data set sets (:data:`DATASETS`): ``shared``: one baseline (seed 0,
+    ``baseline_epochs``, validated every epoch) that every method and seed prunes, read from
+    ``baseline_from`` (a work dir of tools/train.py) when given; ``val_images``: validate on the
+    first N test images (0: all); ``refine``: measured corrections of a latency export;
+    ``final_val``: validate each pruned network once, after its last epoch."""
+    dataset: str = 'digits'
+    shared: bool = False
+    baseline_epochs: Optional[int] = None
+    baseline_from: Optional[str] = None
+    val_images: int = 0
+    refine: int = 0
+    final_val: bool = False
+
+    @classmethod
+    def of(cls, dataset: str = 'digits', baseline_epochs: Optional[int] = None,
+           baseline_from: Optional[str] = None, val_images: int = 0) -> 'Protocol':
+        d = DATASETS[dataset]
+        fashion = dataset != 'digits'
+        return cls(dataset, fashion or bool(baseline_from),
+                   baseline_epochs or d.get('baseline_epochs'),
+                   osp.abspath(baseline_from) if baseline_from else None,
+                   int(val_images or 0), int(d.get('refine', 0)), fashion)
+
+    def settings(self) -> dict:
+        """What a results.json records of it (nothing for the digits' defaults: their files
+        resume as before)."""
+        if self == Protocol():
+            return {}
+        out = dict(dataset=self.dataset, shared_baseline=self.shared,
+                   baseline_epochs=self.baseline_epochs, val_images=self.val_images,
+                   refine=self.refine)
+        if self.baseline_from:
+            out['baseline_from'] = self.baseline_from
+        return out
+
+
+def read_baseline(work_dir: str, epochs: int) -> dict:
+    """A baseline trained by tools/train.py into ``work_dir``: its last checkpoint (read
+    through the safe checkpoint loader, trusted as a checkpoint that run wrote) and its val
+    top-1 after every epoch (mmengine's ``vis_data/scalars.json``); one :class:`UserError`
+    line when it is not a finished run of ``epochs`` epochs validated every epoch."""
+    from mmdcs.analysis.plots import epoch_series, load_records
+    from mmdcs.utils.checkpoint import load_checkpoint_file, trust_checkpoints, trust_scope
+    what = f'--baseline-from {work_dir}'
+    try:
+        with open(osp.join(work_dir, 'last_checkpoint')) as f:
+            ckpt = f.read().strip()
+        curve = epoch_series(load_records(work_dir)).get('accuracy/top1', {})
+    except (OSError, FileNotFoundError) as e:
+        raise UserError(f'{what}: not a finished training run of tools/train.py ({e})') from e
+    if not osp.isabs(ckpt):
+        ckpt = osp.join(work_dir, ckpt)
+    if sorted(curve) != list(range(1, epochs + 1)):
+        raise UserError(f'{what}: validated after epochs {sorted(curve)}, not after each of '
+                        f'the {epochs} epochs (--baseline-epochs)')
+    try:
+        with trust_scope():
+            trust_checkpoints(dirs=[work_dir])
+            load_checkpoint_file(ckpt, map_location='cpu')
+    except (OSError, ValueError) as e:
+        raise UserError(f'{what}: its last checkpoint is not readable: {e}') from e
+    return dict(checkpoint=ckpt, curve=[round(curve[e], 4) for e in range(1, epochs + 1)])
 
 
 class Runner:
@@ -660,8 +884,9 @@ class Runner:
                  extra: Sequence[str] = (), theta_masks: bool = True,
                  arch_lr: Optional[float] = None, tables: Optional[LatencyTables] = None,
                  measure_options: Optional[dict] = None, pruner_epochs: Optional[int] = None,
-                 select_heads: bool = False):
+                 select_heads: bool = False, protocol: Optional[Protocol] = None):
         self.work, self.data, self.epochs = work, data, epochs
+        self.protocol = protocol or Protocol()
         #: every method that ranks heads (:data:`HEAD_METHODS`) prunes attention heads too
         self.select_heads = bool(select_heads)
         #: the pruners' fine-tuning epochs in the pretrained regime (default ``epochs``;
@@ -685,11 +910,32 @@ class Runner:
         return osp.join(self.work, run['regime'], run['model'], f"seed{run['seed']}", *parts)
 
     def _data_opts(self, epochs: int, seed: int) -> List[str]:
-        root = osp.join(self.data, 'cls')
+        p = self.protocol
+        root = self.data if p.dataset != 'digits' else osp.join(self.data, 'cls')
         return [f'{s}_dataloader.dataset.data_root={root}' for s in ('train', 'val', 'test')] + [
             f'train_cfg.max_epochs={epochs}', f'randomness.seed={seed}'] + (
             [f'train_dataloader.dataset.indices={self.train_images}']
-            if self.train_images else []) + self.extra
+            if self.train_images else []) + (
+            [f'{s}_dataloader.dataset.indices={p.val_images}' for s in ('val', 'test')]
+            if p.val_images else []) + self.extra
+
+    def cfg(self, config: str) -> str:
+        """``config`` (a digits config) for the comparison's data set (:func:`for_dataset`)."""
+        return for_dataset(config, self.protocol.dataset)
+
+    def baseline(self, run: dict) -> Tuple[str, str, int]:
+        """(work dir, checkpoint, epochs) of the baseline ``run`` prunes: its seed's (trained
+        for ``epochs``), or the protocol's one shared baseline (seed 0, read from
+        ``baseline_from`` or trained once for ``baseline_epochs``)."""
+        p, cfg = self.protocol, self.cfg(MODELS[run['model']]['baseline'])
+        if not p.shared:
+            return self._dir(run, 'baseline'), self.train(
+                cfg, self._dir(run, 'baseline'), self.epochs, run['seed']), self.epochs
+        epochs = p.baseline_epochs or self.epochs
+        if p.baseline_from:
+            return p.baseline_from, read_baseline(p.baseline_from, epochs)['checkpoint'], epochs
+        work_dir = osp.join(self.work, run['regime'], run['model'], 'baseline')
+        return work_dir, self.train(cfg, work_dir, epochs, 0), epochs
 
     def _call(self, cmd: List[str], log_path: str) -> None:
         with open_log(log_path) as log:
@@ -729,12 +975,14 @@ class Runner:
             kw: Dict[str, object] = dict(target=('flops', float(budget)))
             if self.tables is not None:
                 path, _ = self.tables.get(model, kind or table_kind(method))
-                # every method at the table's prediction, as the table ranks it: the rows
-                # carry predicted and measured side by side (no correction, no refusal, which
-                # would compare methods at different predictions or stop the grid)
+                # every method at the table's prediction, as the table ranks it (the digits'
+                # protocol: no correction), or corrected by measurement (the protocol's
+                # ``refine``); never refused here, which would stop the grid: a row measured
+                # outside the tolerance is marked (``latency_within``)
                 kw = dict(target=('latency', float(budget)),
                           cost_options=dict(latency_table=path), measure=True,
-                          measure_options=dict(self.measure_options), refine=0,
+                          measure_options=dict(self.measure_options),
+                          refine=self.protocol.refine,
                           latency_tolerance=None,
                           multiple_of=(self.uniform_multiple_of() if method == 'uniform'
                                        else self.tables.multiple_of))
@@ -778,16 +1026,20 @@ class Runner:
     # -- one row
     def __call__(self, run: dict) -> dict:
         model, method, budget, seed = run['model'], run['method'], run['budget'], run['seed']
-        base_cfg = MODELS[model]['baseline']
-        base_dir = self._dir(run, 'baseline')
-        base_ckpt = self.train(base_cfg, base_dir, self.epochs, seed)
+        base_cfg = self.cfg(MODELS[model]['baseline'])
+        base_dir, base_ckpt, base_epochs = self.baseline(run)
         if method == 'baseline':
-            return self._row(base_dir, self.epochs, base_cfg, [], None)
+            row = self._row(base_dir, base_epochs, base_cfg, [], None)
+            if self.protocol.shared:  # its val top-1 after every epoch: the curve it learnt
+                row['curve'] = read_baseline(base_dir, base_epochs)['curve']
+            return row
+        if method in ABLATIONS:
+            return self.ablation(run)
         tag = f'{method}_{budget:g}'
         spec_dir = self._dir(run, f'{tag}_subnet')
         pretrained = self.regime == 'pretrained'
         if method in SEARCHED:
-            search_cfg = search_config(model, method, pretrained)
+            search_cfg = self.cfg(search_config(model, method, pretrained))
             opts = self.search_options(run, base_ckpt if pretrained else None)
             # search_epochs (default: epochs) in both regimes: the search-length ablation
             ckpt = self.train(search_cfg, self._dir(run, f'{tag}_search'), self.search_epochs,
@@ -809,7 +1061,8 @@ class Runner:
                 options['model.backbone.select_heads'] = True
             spec = self.export(base_cfg, base_ckpt, spec_dir, budget, method, seed,
                                widths_from, model, options or None)
-        cfg = retrain_config(model, method, self.retrain, pretrained, self.theta_masks)
+        cfg = self.cfg(retrain_config(model, method, self.retrain, pretrained,
+                                      self.theta_masks))
         subnet = osp.join(spec_dir, 'subnet.json')
         if method == 'dcs' and not self.theta_masks:
             subnet = self._without_theta(spec, spec_dir)
@@ -821,7 +1074,7 @@ class Runner:
             opts.append(f"load_from={osp.join(spec_dir, 'pruned.pth')}")
         out_dir = self._dir(run, f'{tag}_{"finetune" if pretrained else "retrain"}')
         epochs = self.pruner_epochs if pretrained and method not in SEARCHED else self.epochs
-        self.train(cfg, out_dir, epochs, seed, opts)
+        self.train(cfg, out_dir, epochs, seed, opts + self._val_opts(epochs))
         row = self._row(out_dir, epochs, cfg, opts, spec, run)
         if method == 'dcs' and not self.theta_masks:  # without Linear_θ: counted again
             row.update(self._ratios(cfg, opts), theta_masks=False)
@@ -829,6 +1082,33 @@ class Runner:
             row['widths_from'] = source or 'uniform'
         if self.select_hidden(model):
             row['select_hidden'] = self.select_hidden(model)
+        return row
+
+    def _val_opts(self, epochs: int) -> List[str]:
+        """A pruned network validated once, after its last epoch (the protocol's
+        ``final_val``), else after every epoch as its config does."""
+        return [f'train_cfg.val_interval={epochs}'] if self.protocol.final_val else []
+
+    def ablation(self, run: dict) -> dict:
+        """An ablation arm at DCS's searched widths (:data:`ABLATIONS`): DCS's export at the
+        same budget and seed (its subnet and pruned.pth) fine-tuned for ``epochs`` as DCS's own
+        fine-tuning, with the arm's term (:func:`ablation_config`)."""
+        spec_dir = self._dir(run, f"dcs_{run['budget']:g}_subnet")
+        if not osp.exists(osp.join(spec_dir, 'subnet.json')):
+            raise UserError(f"{run['method']}: no DCS export at budget {run['budget']:g}, seed "
+                            f"{run['seed']} ({spec_dir}): the ablation runs after dcs")
+        cfg = ablation_config(run['model'], run['method'], self.protocol.dataset)
+        opts = [f"model.backbone.subnet={osp.join(spec_dir, 'subnet.json')}",
+                f"load_from={osp.join(spec_dir, 'pruned.pth')}"]
+        if run['method'] == 'dcs-kcr':
+            opts.append(f'model.regularizer.t_warm={self.epochs // 2}')
+        out_dir = self._dir(run, f"{run['method']}_{run['budget']:g}_finetune")
+        self.train(cfg, out_dir, self.epochs, run['seed'], opts + self._val_opts(self.epochs))
+        row = self._row(out_dir, self.epochs, cfg, opts,
+                        SubnetSpec.load(osp.join(spec_dir, 'subnet.json')).to_dict(),
+                        dict(run, method='dcs'))
+        if self.select_hidden(run['model']):
+            row['select_hidden'] = self.select_hidden(run['model'])
         return row
 
     def select_hidden(self, model: str):
@@ -893,7 +1173,10 @@ class Runner:
                 row.update(latency_ratio=1., predicted_latency_ratio=1.)
             else:
                 b = spec['meta']['budget']
-                row.update(latency_ratio=float(b['measured']['latency']['ratio']),
+                measured = float(b['measured']['latency']['ratio'])
+                row.update(latency_ratio=measured,
+                           latency_within=abs(measured - float(run['budget']))
+                           <= LATENCY_TOLERANCE,
                            predicted_latency_ratio=float(b['achieved_ratio']),
                            latency_table=self.tables.identity(run['model'],
                                                               table_kind(run['method'])))
@@ -930,6 +1213,7 @@ class Runner:
             if f'-{k}_' in osp.basename(cfg):
                 return v['baseline']
         raise UserError(f'internal: no baseline for {cfg}')
+
 
 
 def _last_top1(work_dir: str, epochs: int) -> Optional[float]:
@@ -1005,6 +1289,21 @@ def write_reports(out: str, rows: List[dict], settings: dict, resource: str = 'f
     return paths
 
 
+def check_fashion_data(data: str, train_images: int = 0) -> None:
+    """The four Fashion-MNIST idx files under ``data`` (relative to the repository, as the runs
+    resolve it) and at most its 60,000 training images asked for: one :class:`UserError` line
+    naming what is missing and how to place them."""
+    from mmdcs.datasets.fashion_mnist import FILES
+    root = osp.join(ROOT, data)
+    missing = [n for n in FILES if not osp.isfile(osp.join(root, n))]
+    if missing:
+        raise UserError(f'--data {data}: no Fashion-MNIST there ({", ".join(missing)} missing); '
+                        f'place it with `python tools/data/fashion_mnist.py --out {data}`')
+    if train_images > DATASETS['fashion-mnist']['train_size']:
+        raise UserError(f'--train-images {train_images}: Fashion-MNIST has 60000 training '
+                        'images (0: all of them)')
+
+
 def check_data(models: Sequence[str], data: str, train_images: int = 0) -> None:
     """The digits data the runs of ``models`` read (``DATA/cls``, relative to the repository
     as the runs resolve it), checked as tools/train.py checks it (the baseline configs' data
@@ -1026,6 +1325,45 @@ def check_data(models: Sequence[str], data: str, train_images: int = 0) -> None:
                             'images (0: all of them)')
 
 
+def _check_protocol(protocol: Protocol, methods: Sequence[str], pretrained: bool, epochs: int,
+                    search_epochs: Optional[int], pruner_epochs: Optional[int],
+                    train_images: int, read: bool = True) -> Optional[dict]:
+    """A shared baseline's protocol (Fashion-MNIST, ``--baseline-from``) checked before
+    anything is created: it prunes a trained model (``pretrained``), and every method trains
+    the same images after it (:func:`check_equal_training`), ``baseline_from`` a finished run
+    (unless not ``read``: the tables only). Returns the images each row trains (None without
+    a shared baseline)."""
+    ablations = [m for m in methods if m in ABLATIONS]
+    if ablations and (not pretrained or 'dcs' not in methods):
+        raise UserError(f'--methods {" ".join(ablations)}: the ablation at DCS\'s widths '
+                        'fine-tunes DCS\'s export: it needs --pretrained and the method dcs')
+    if not protocol.shared:
+        return None
+    if not pretrained:
+        raise UserError(f'--dataset {protocol.dataset}' + (
+            ' / --baseline-from' if protocol.baseline_from else '') + ': every method prunes '
+            'one trained baseline: add --pretrained')
+    per = check_equal_training(methods, epochs, search_epochs or epochs,
+                               pruner_epochs or epochs)
+    if protocol.baseline_from and read:  # a finished run, its checkpoint readable
+        read_baseline(protocol.baseline_from, protocol.baseline_epochs or epochs)
+    n = train_images or DATASETS[protocol.dataset].get('train_size', 0)
+    return dict(baseline=(protocol.baseline_epochs or epochs) * n, method=per * n)
+
+
+def _counting(run_one: Callable[[dict], dict], seen: Optional[dict]) -> Callable[[dict], dict]:
+    """``run_one`` whose rows record the training images the run has seen (``seen``: the
+    baseline's and each method's after it; None: not recorded)."""
+    if seen is None:
+        return run_one
+
+    def run(r: dict) -> dict:
+        row = run_one(r)
+        row['images_seen'] = seen['baseline' if r['method'] == 'baseline' else 'method']
+        return row
+    return run
+
+
 def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[float],
             seeds: Sequence[int], out: str, epochs: int, train_images: int,
             pretrained: bool = False, resource: str = 'flops', data: str = 'data/digits',
@@ -1034,7 +1372,9 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
             run_one: Optional[Callable[[dict], dict]] = None,
             log: Callable[[str], None] = _print, arch_lr: Optional[float] = None,
             tables: Optional[LatencyTables] = None,
-            pruner_epochs: Optional[int] = None, select_heads: bool = False) -> List[dict]:
+            pruner_epochs: Optional[int] = None, select_heads: bool = False,
+            protocol: Optional[Protocol] = None, tables_only: bool = False,
+            tables_dir: Optional[str] = None) -> List[dict]:
     """The comparison: every run of :func:`plan` not yet in DIR/results.json, then the
     reports.
 
@@ -1048,7 +1388,11 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
     as a search and its fine-tuning (the equal-training control; recorded in the settings).
     ``select_heads``: DCS, KCR and magnitude prune attention heads too (a gate per head in the
     searches, heads ranked by the norm of their q/k/v rows and proj columns; recorded in the
-    settings): the head-selection ablation at equal FLOPs."""
+    settings): the head-selection ablation at equal FLOPs. ``protocol``: the data set and its
+    protocol (:class:`Protocol`; default the digits'). ``tables_only``: measure (or read) the
+    latency tables and check every budget against them, then stop (grids run apart then share
+    them)."""
+    protocol = protocol or Protocol()
     for name, given, known in (('--models', models, MODELS), ('--methods', methods, METHODS)):
         bad = [x for x in given if x not in known]
         if bad:
@@ -1085,7 +1429,11 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
                             'retrains for --epochs)')
         if not (isinstance(pruner_epochs, int) and pruner_epochs > 0):
             raise UserError(f'--pruner-epochs must be a positive integer, got {pruner_epochs!r}')
-    if run_one is None:  # the runs read DATA: checked before anything is created
+    seen = _check_protocol(protocol, methods, pretrained, epochs, search_epochs,
+                           pruner_epochs, train_images, read=not tables_only)
+    if run_one is None and protocol.dataset != 'digits':
+        check_fashion_data(data, train_images)
+    elif run_one is None:  # the runs read DATA: checked before anything is created
         check_data(models, data, train_images)
     regime = 'pretrained' if pretrained else 'scratch'
     # what every row of one results.json shares (both regimes may share it)
@@ -1099,22 +1447,28 @@ def compare(models: Sequence[str], methods: Sequence[str], budgets: Sequence[flo
         settings['arch_lr'] = float(arch_lr)
     if pruner_epochs is not None and pruner_epochs != epochs:
         settings['pruner_epochs'] = int(pruner_epochs)
+    settings.update(protocol.settings())
     if tabled:
-        tables = tables or LatencyTables(osp.join(out, 'tables'), log=log)
+        tables = tables or LatencyTables(
+            tables_dir or osp.join(out, 'tables'), log=log,
+            batch=DATASETS[protocol.dataset].get('latency_batch', 1))
         settings['latency'] = tables.settings()
     else:
         tables = None
     os.makedirs(out, exist_ok=True)
     results = Results(osp.join(out, 'results.json'), settings)
-    runs = plan(models, methods, budgets, seeds, regime)
+    runs = plan(models, methods, budgets, seeds, regime, protocol.shared)
     if tables is not None:  # every table, every budget checked, before any training
         tables.prepare(models, methods, budgets)
+    if tables_only:
+        log(f'latency tables in {tables.folder if tables else "(none: not a latency grid)"}')
+        return results.rows
     if run_one is None:
         run_one = Runner(osp.join(out, 'runs'), data, epochs, train_images, regime,
                          search_epochs, retrain, latency, theta_masks=theta_masks,
                          arch_lr=arch_lr, tables=tables, pruner_epochs=pruner_epochs,
-                         select_heads=select_heads)
-    rows = run_grid(runs, results, run_one, log)
+                         select_heads=select_heads, protocol=protocol)
+    rows = run_grid(runs, results, _counting(run_one, seen), log)
     paths = write_reports(out, rows, settings, resource)
     log(f"wrote {results.path}\nwrote {paths['summary']}\nwrote {paths['plot']}\n"
         f"wrote {paths['widths']}")

@@ -23,10 +23,12 @@ def _twin(rel: str) -> str:
 
 def _comparison_configs() -> set:
     """Every config the comparison (mmdcs/apis/compare.py) picks for the digits."""
-    from mmdcs.apis.compare import MODELS, SEARCHED, retrain_config, search_config
+    from mmdcs.apis.compare import (ABLATIONS, MODELS, SEARCHED, ablation_config,
+                                    retrain_config, search_config)
     picked = set()
     for model, entry in MODELS.items():
         picked.add(entry['baseline'])
+        picked.update(ablation_config(model, m) for m in ABLATIONS)
         for pretrained in (False, True):
             picked.update(search_config(model, m, pretrained) for m in SEARCHED)
             picked.update(retrain_config(model, m, 'default', pretrained)

@@ -98,3 +98,21 @@ def test_imagenet_pretrained_configs_parse(name):
         assert model.backbone.is_supernet
     else:
         assert cfg.model.backbone.subnet and cfg.param_scheduler[0].T_max == 30
+
+
+@pytest.mark.parametrize('model', ['deit-tiny', 'mobilevit-xs'])
+def test_ablation_arms_differ_from_dcs_finetuning_by_their_term_only(model):
+    """The comparison's dcs-ce / dcs-kcr: DCS's fine-tuning (network, Q/K gates, temperature
+    hook, schedule) with cross-entropy only or the KCR term in place of the IB term."""
+    dcs = _cfg(f'configs/pretrained/dcs-{model}_finetune_digits.py')
+    kcr = _cfg(f'configs/demo/kcr-{model}_retrain_digits.py').model.regularizer
+    hooks = [h['type'] for h in dcs.custom_hooks]
+    assert hooks[0] == 'mmdcs.TemperatureHook' and 'mmdcs.RegularizerHook' in hooks
+    for arm, term, arm_hooks in (('ce', None, [hooks[0], 'EMAHook']), ('kcr', kcr, hooks)):
+        cfg = _cfg(f'configs/pretrained/dcs-{model}_finetune-{arm}_digits.py')
+        assert cfg.model.regularizer == term, arm
+        assert [h['type'] for h in cfg.custom_hooks] == arm_hooks, arm
+        for key in ('optim_wrapper', 'param_scheduler', 'train_cfg', 'load_from'):
+            assert cfg[key] == dcs[key], (arm, key)
+        assert {k: v for k, v in cfg.model.items() if k != 'regularizer'} == {
+            k: v for k, v in dcs.model.items() if k != 'regularizer'}, arm
