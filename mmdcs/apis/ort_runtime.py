@@ -19,14 +19,19 @@ import os.path as osp
 import shutil
 import tempfile
 import weakref
+from collections import OrderedDict
 from contextlib import nullcontext
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.nn as nn
 
 from mmdcs.analysis.latency import register_runtime
 from .deploy import DEFAULT_OPSET, ExportWrapper, export_onnx, ort_session
+
+#: how many keyed sessions an onnxruntime runtime keeps open (the rest reopen from their file)
+LIVE_SESSIONS = 16
 
 
 class ModuleGraph(nn.Module):
@@ -108,7 +113,8 @@ class OrtRuntime:
         self.dir = workdir or tempfile.mkdtemp(prefix='mmdcs-onnx-')
         if workdir is None:
             weakref.finalize(self, shutil.rmtree, self.dir, True)
-        self._cache: Dict[str, _Run] = {}
+        self._files: Dict[str, Tuple[str, np.ndarray]] = {}  # key → its ONNX file, input
+        self._live: 'OrderedDict[str, _Run]' = OrderedDict()  # the sessions kept, newest last
         self._count = itertools.count()
 
     def tensor(self, x: torch.Tensor) -> torch.Tensor:
@@ -116,21 +122,37 @@ class OrtRuntime:
 
     def prepare(self, module: nn.Module, args: tuple, kwargs: Optional[dict] = None,
                 key: Optional[str] = None) -> _Run:
-        """The module exported (once per ``key``) and a session of it on these inputs."""
-        if key is not None and key in self._cache:
-            return self._cache[key]
+        """The module exported (once per ``key``) and a session of it on these inputs. A keyed
+        file stays while the runtime lives; only the :data:`LIVE_SESSIONS` used last keep
+        their session (each holds its graph, weights and memory arena: a table of a model
+        with many distinct blocks held tens of GB), the others are opened again from their
+        file when asked for."""
+        if key is not None and key in self._live:
+            self._live.move_to_end(key)
+            return self._live[key]
+        if key is not None and key in self._files:
+            path, x = self._files[key]
+        else:
+            path, x = self._export(module, args, kwargs)
+        session = ort_session(path, self.threads, providers=self.providers)
+        run = _Run(session, {session.get_inputs()[0].name: x}, path,
+                   keep=self.keep_files or key is not None)
+        if key is not None:
+            self._files[key] = (path, x)
+            self._live[key] = run
+            while len(self._live) > LIVE_SESSIONS:
+                self._live.popitem(last=False)
+        return run
+
+    def _export(self, module: nn.Module, args: tuple, kwargs: Optional[dict]):
+        """(a new ONNX file of the module, its input as an array)."""
         module = module.to('cpu', torch.float32).eval()
         graph = ModuleGraph(module, args, kwargs)
         x = graph.example
         net = module if (len(args) == 1 and not kwargs) else graph
         path = osp.join(self.dir, f'{next(self._count)}.onnx')
         export_onnx(ExportWrapper(net, 'backbone'), x, path)
-        session = ort_session(path, self.threads, providers=self.providers)
-        feed = {session.get_inputs()[0].name: x.detach().cpu().float().contiguous().numpy()}
-        run = _Run(session, feed, path, keep=self.keep_files and key is None)
-        if key is not None:
-            self._cache[key] = run
-        return run
+        return path, x.detach().cpu().float().contiguous().numpy()
 
     def running(self):
         return nullcontext()

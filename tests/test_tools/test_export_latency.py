@@ -374,3 +374,25 @@ def test_a_runtime_that_cannot_run_here_is_one_line():
         TensorRTRuntime(device='cpu')
     with pytest.raises(ValueError, match='fp32'):
         OrtRuntime(dtype='fp16')
+
+
+def test_onnxruntime_keeps_a_bounded_number_of_sessions_and_exports_each_key_once(monkeypatch):
+    """A table of many distinct blocks asks for a session per block and shape: only the
+    LIVE_SESSIONS used last stay open (each holds its graph and memory arena), an evicted key is
+    opened again from its file, never exported twice, and gives the same output."""
+    import mmdcs.apis.ort_runtime as ortr
+    monkeypatch.setattr(ortr, 'LIVE_SESSIONS', 2)
+    exports = []
+    real = ortr.export_onnx
+    monkeypatch.setattr(ortr, 'export_onnx', lambda *a, **k: (exports.append(a[2]),
+                                                               real(*a, **k))[1])
+    rt = ortr.OrtRuntime(threads=1)
+    torch.manual_seed(0)
+    mods = [torch.nn.Linear(4, 3) for _ in range(4)]
+    x = torch.randn(2, 4)
+    first = [rt.prepare(m, (x, ), key=f'k{i}')()[0] for i, m in enumerate(mods)]
+    assert len(rt._live) == 2 and list(rt._live) == ['k2', 'k3'] and len(exports) == 4
+    again = rt.prepare(mods[0], (x, ), key='k0')
+    assert len(exports) == 4 and list(rt._live) == ['k3', 'k0']
+    assert_close_scaled(torch.from_numpy(again()[0]), torch.from_numpy(first[0]), 1e-6)
+    assert rt.prepare(mods[3], (x, ), key='k3') is rt._live['k3']
