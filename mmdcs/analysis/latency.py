@@ -247,7 +247,7 @@ class TorchRuntime:
         return num_threads(self.threads if self.device.type == 'cpu' else None)
 
     def identity(self) -> dict:
-        return dict(name=self.name, version=torch.__version__,
+        return dict(name=self.name, version=str(torch.__version__),
                     options=dict(intra_op_threads=self.threads, device=str(self.device),
                                  dtype=self.dtype))
 

@@ -654,14 +654,19 @@ def check_loaded(target: str, model_numel: Dict[str, int], loaded_keys: Sequence
 
 # ----------------------------------------------------------------------------- writing
 def plain(obj):
-    """``obj`` with numpy scalars / arrays made Python numbers / lists and tuples kept, so that
-    it pickles without numpy (for the ``meta`` of the checkpoints mmdcs writes)."""
+    """``obj`` with numpy scalars / arrays made Python numbers / lists, subclasses of str, int
+    and float (``torch.__version__`` is a ``TorchVersion``) made the built-in types and tuples
+    kept, so that it pickles as plain data the weights-only loader reads (for the ``meta`` of
+    the checkpoints mmdcs writes)."""
     try:
         import numpy as np
     except ImportError:  # pragma: no cover
         np = None
+    for t in (bool, str, int, float):
+        if isinstance(obj, t):
+            return t(obj)
     if isinstance(obj, dict):
-        return {k: plain(v) for k, v in obj.items()}
+        return {plain(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, tuple):
         return tuple(plain(v) for v in obj)
     if isinstance(obj, (list, set)):

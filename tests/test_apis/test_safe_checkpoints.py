@@ -703,3 +703,20 @@ def test_outside_mmdcs_tools_the_refusal_names_the_config_key(evil, tmp_path):
     model._is_init = False
     runner(trust_checkpoint=True, allow_partial_checkpoint=True)._init_model_weights()
     assert osp.exists(marker)
+
+
+def test_a_checkpoint_mmdcs_writes_loads_safely_whatever_its_meta_holds(tmp_path):
+    """The meta of an export carries the runtime's identity (``torch.__version__`` is a
+    ``TorchVersion``, a str subclass) and numpy numbers: save_weights writes them as built-in
+    types, so the weights-only loader reads the file back instead of refusing it."""
+    import torch
+
+    from mmdcs.utils.checkpoint import load_checkpoint_file, save_weights
+    meta = dict(runtime=dict(version=torch.__version__), ratio=np.float64(0.7),
+                kept=np.int64(3), within=np.bool_(True), tries=[(0.7, np.float32(0.71))])
+    path = str(tmp_path / 'pruned.pth')
+    save_weights(path, {'w': torch.ones(2)}, meta)
+    got = load_checkpoint_file(path)['meta']
+    assert got['runtime']['version'] == str(torch.__version__)
+    assert type(got['runtime']['version']) is str and type(got['kept']) is int
+    assert got['within'] is True and abs(got['tries'][0][1] - 0.71) < 1e-6
