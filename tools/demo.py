@@ -362,10 +362,10 @@ class Demo:
     def complexity(self, config, extra=()):
         """Params and FLOPs (mmengine.analysis) of the config's classifier at 64×64."""
         from mmdcs.analysis.complexity import count_flops, count_params
-        from mmdcs.apis.subnet_io import build_model, load_task_config
+        from mmdcs.apis.subnet_io import build_model, load_task_config, runner_model_cfg
         cfg, scope = load_task_config(osp.join(ROOT, config),
                                       dict(o.split('=', 1) for o in extra))
-        model = build_model(cfg.model, scope)
+        model = build_model(runner_model_cfg(cfg), scope)
         return count_params(model) / 1e6, count_flops(model, (3, 64, 64)) / 1e6
 
     def baseline(self):
@@ -534,12 +534,12 @@ class Demo:
         import torch
 
         from mmdcs.analysis.latency import time_models
-        from mmdcs.apis.subnet_io import build_model, load_task_config
+        from mmdcs.apis.subnet_io import build_model, load_task_config, runner_model_cfg
         built = {}
         for name, (config, opts) in models.items():
             cfg, scope = load_task_config(osp.join(ROOT, config),
                                           dict(o.split('=', 1) for o in opts))
-            built[name] = build_model(cfg.model, scope).eval()
+            built[name] = build_model(runner_model_cfg(cfg), scope).eval()
         x = torch.randn(batch, 3, 64, 64, generator=torch.Generator().manual_seed(0))
         times = time_models(built, x, warmup=3, repeats=15, threads=1)
         return [times[name]['ms_per_image'] for name in models]

@@ -121,7 +121,7 @@ def export(args) -> dict:
     from mmdcs.selection import file_sha256
     from mmdcs.apis.subnet_io import (build_model, complexity_lines, export_meta, human,
                                        load_model_checkpoint, load_task_config,
-                                       require_checkpoint, shape_arg)
+                                       require_checkpoint, runner_model_cfg, shape_arg)
     set_checkpoint_trust(args)
     arch_path = osp.join(args.out, 'arch.json')
     ckpt_path = osp.join(args.out, f'compact.{getattr(args, "format", "pth")}')
@@ -130,7 +130,7 @@ def export(args) -> dict:
     shape = shape_arg(args.shape)
     require_checkpoint(args.config, args.checkpoint)
     cfg, scope = load_task_config(args.config, args.cfg_options)
-    model = build_model(cfg.model, scope)
+    model = build_model(runner_model_cfg(cfg), scope)
     if not has_ofb_backbone(model) or not hasattr(model, 'finalize'):
         raise UserError(f'{args.config}: not an OFB search config (type=\'mmdcs.OFBClassifier\' '
                         'with an mmdcs.OFBViT / mmdcs.OFBSwin backbone)')

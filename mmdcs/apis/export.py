@@ -39,6 +39,7 @@ from .subnet_io import (backbone_cfg_of, backbone_prefix, block_summary, build_m
                         complexity_lines, config_input_size, export_meta, human,
                         load_model_checkpoint, load_task_config, mmdcs_backbone,
                         pruned_model_state, require_checkpoint, require_supernet,
+                        runner_model_cfg,
                         save_pruned_checkpoint, shape_arg, usage_lines, with_subnet)
 
 #: file formats of the pruned weights
@@ -234,7 +235,7 @@ def _load(config, checkpoint, cfg_options, shape, scorer) -> _Source:
     cfg, scope = load_task_config(config, cfg_options)
     if scorer.baseline:
         magnitude_supernet_cfg(cfg.model)
-    model = build_model(cfg.model, scope)
+    model = build_model(runner_model_cfg(cfg), scope)
     backbone = require_supernet(model, config)
     ckpt = (load_baseline_checkpoint if scorer.baseline else load_model_checkpoint)(
         model, checkpoint)

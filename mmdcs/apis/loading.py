@@ -15,7 +15,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from .launch import UserError
-from .subnet_io import build_model, load_model_checkpoint, load_task_config
+from .subnet_io import build_model, load_model_checkpoint, load_task_config, runner_model_cfg
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.ppm', '.pgm', '.tif', '.tiff', '.webp')
 #: ImageNet mean/std (0-255), used when no config gives a data preprocessor
@@ -36,11 +36,7 @@ def load_classifier(config: str, checkpoint: Optional[str] = None,
     checkpoint is missing or does not fit.
     """
     cfg, scope = load_task_config(config, cfg_options)
-    model_cfg = copy.deepcopy(cfg.model)
-    # as mmengine's Runner: the config's top-level data_preprocessor goes into the model
-    if cfg.get('data_preprocessor', None) is not None and isinstance(model_cfg, dict):
-        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
-    model = build_model(model_cfg, scope)
+    model = build_model(runner_model_cfg(cfg), scope)
     if checkpoint in (None, '', 'none', 'None'):
         if hasattr(model, 'init_weights'):
             model.init_weights()

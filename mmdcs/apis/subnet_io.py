@@ -5,6 +5,7 @@ state dict to a subnet, the pruned checkpoint, and the printed summaries.
 
 Only mmengine config and model-building pieces are imported (no runner).
 """
+import copy
 import os.path as osp
 import time
 from collections import OrderedDict
@@ -43,6 +44,16 @@ def build_model(model_cfg, scope: str) -> nn.Module:
     from mmengine.registry import MODELS, DefaultScope
     with DefaultScope.overwrite_default_scope(scope):
         return MODELS.build(model_cfg)
+
+
+def runner_model_cfg(cfg):
+    """A copy of ``cfg.model`` as mmengine's Runner builds it: the config's top-level
+    ``data_preprocessor`` (mean/std, channel broadcast) set into the model where the model has
+    none. Every model mmdcs builds from a config goes through it."""
+    model_cfg = copy.deepcopy(cfg.model)
+    if cfg.get('data_preprocessor', None) is not None and isinstance(model_cfg, dict):
+        model_cfg.setdefault('data_preprocessor', copy.deepcopy(cfg.data_preprocessor))
+    return model_cfg
 
 
 def mmdcs_backbone(model: nn.Module):

@@ -221,3 +221,28 @@ def test_a_third_resource_registered_by_a_test_is_exported_to(supernet, tmp_path
     with pytest.raises(SystemExit):
         tool.parse_args(['--help'])
     assert 'bytes of the fp32 weights' in ' '.join(capsys.readouterr().out.split())
+
+
+def test_the_export_builds_the_model_as_the_runner_does(tmp_path, monkeypatch):
+    """A config's top-level data_preprocessor (Fashion-MNIST's: one grey channel broadcast to
+    three by a three-entry mean and std) goes into the model the export builds, as mmengine's
+    Runner puts it there: without it a data-driven scorer (Taylor) fed one-channel images to a
+    three-channel patch embedding."""
+    import mmdcs.apis.export as export
+    from mmdcs.apis.subnet_io import load_task_config, runner_model_cfg
+    from _tools import ROOT
+    config = osp.join(ROOT, 'configs/demo/deit-tiny_fashion-cls.py')
+    cfg, _ = load_task_config(config)
+    assert runner_model_cfg(cfg)['data_preprocessor']['mean'] == cfg.data_preprocessor['mean']
+    seen = []
+
+    def fake_build(model_cfg, scope):
+        seen.append(model_cfg)
+        raise RuntimeError('built')
+    monkeypatch.setattr(export, 'build_model', fake_build)
+    ckpt = tmp_path / 'baseline.pth'
+    ckpt.write_bytes(b'')
+    with pytest.raises(RuntimeError, match='built'):
+        export.export_subnet(config, str(ckpt), str(tmp_path / 'out'), method='taylor',
+                             target=('flops', 0.7), batches=[])
+    assert len(seen) == 1 and len(seen[0]['data_preprocessor']['mean']) == 3

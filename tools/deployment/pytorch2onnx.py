@@ -73,7 +73,7 @@ def build(args):
     from mmdcs.apis.deploy import ExportWrapper, check_opset, model_kind, set_export_mode_
     from mmdcs.apis.subnet_io import (build_model, config_input_size, load_model_checkpoint,
                                        load_task_config, mmdcs_backbone, require_checkpoint,
-                                       shape_arg)
+                                       runner_model_cfg, shape_arg)
     shape = shape_arg(args.shape)
     if args.checkpoint:
         require_checkpoint(args.config, args.checkpoint)
@@ -82,7 +82,7 @@ def build(args):
     check_opset(args.opset, args.exporter)
     cfg, scope = load_task_config(args.config, args.cfg_options)
     set_checkpoint_trust(args, cfg)
-    model = build_model(cfg.model, scope)
+    model = build_model(runner_model_cfg(cfg), scope)
     if args.checkpoint:
         load_model_checkpoint(model, args.checkpoint)
     set_export_mode_(model)

@@ -69,7 +69,7 @@ def run(args) -> dict:
     from mmdcs.apis.deploy import evaluate_pair, model_kind, read_metadata, set_export_mode_
     from mmdcs.apis.launch import check_data_paths
     from mmdcs.apis.subnet_io import (build_model, load_model_checkpoint, load_task_config,
-                                       require_checkpoint)
+                                       require_checkpoint, runner_model_cfg)
     check_output_file(args.json, '--json')
     refuse_overwrite([args.json], args.force)
     require_checkpoint(args.config, args.checkpoint)
@@ -78,7 +78,7 @@ def run(args) -> dict:
     cfg, scope = load_task_config(args.config, args.cfg_options)
     set_checkpoint_trust(args, cfg)
     check_data_paths(cfg, ('test_dataloader', ))
-    model = build_model(cfg.model, scope)
+    model = build_model(runner_model_cfg(cfg), scope)
     load_model_checkpoint(model, args.checkpoint)
     set_export_mode_(model)
     kind = model_kind(model)
