@@ -1,6 +1,6 @@
-"""The method comparison of ``tools/analysis/compare_methods.py`` (issue 25): methods × seeds ×
-budgets on the digits (DeiT-Tiny and MobileViT-XS at 64×64), every method retrained (or, with
-``pretrained``, fine-tuned) on the same schedule.
+"""The method comparison of ``tools/analysis/compare_methods.py``: methods × seeds × budgets on
+the digits or Fashion-MNIST (DeiT-Tiny and MobileViT-XS at 64×64), every method retrained (or,
+with ``pretrained``, fine-tuned) on the same schedule.
 
 Regimes (say which one a table compares):
 
