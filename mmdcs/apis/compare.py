@@ -37,8 +37,9 @@ import torch
 from mmdcs.analysis.complexity import count_flops, count_params
 from mmdcs.analysis.latency import keep_freed_memory, time_models
 from mmdcs.analysis.latency_table import _units, default_clock, load_table, pruned_copy
-from mmdcs.analysis.plots import last_validation
+from mmdcs.analysis.plots import epoch_series, last_validation, load_records
 from mmdcs.checks import check_timing
+from mmdcs.datasets.fashion_mnist import FILES
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import SubnetSpec, file_sha256
 from mmdcs.selection.budget import (CHANNELS, HIDDEN, LATENCY_TOLERANCE, BudgetError,
@@ -46,6 +47,7 @@ from mmdcs.selection.budget import (CHANNELS, HIDDEN, LATENCY_TOLERANCE, BudgetE
 from mmdcs.selection.importance import widths_of
 from mmdcs.selection.jsonio import read_json
 from mmdcs.selection.latency_cost import LatencyCost, selection_options
+from mmdcs.utils.checkpoint import load_checkpoint_file, trust_checkpoints, trust_scope
 from mmdcs.utils.files import open_log
 from .export import export_subnet, train_batches
 from .launch import UserError, check_data_paths, load_config
@@ -851,8 +853,6 @@ def read_baseline(work_dir: str, epochs: int) -> dict:
     through the safe checkpoint loader, trusted as a checkpoint that run wrote) and its val
     top-1 after every epoch (mmengine's ``vis_data/scalars.json``); one :class:`UserError`
     line when it is not a finished run of ``epochs`` epochs validated every epoch."""
-    from mmdcs.analysis.plots import epoch_series, load_records
-    from mmdcs.utils.checkpoint import load_checkpoint_file, trust_checkpoints, trust_scope
     what = f'--baseline-from {work_dir}'
     try:
         with open(osp.join(work_dir, 'last_checkpoint')) as f:
@@ -1293,7 +1293,6 @@ def check_fashion_data(data: str, train_images: int = 0) -> None:
     """The four Fashion-MNIST idx files under ``data`` (relative to the repository, as the runs
     resolve it) and at most its 60,000 training images asked for: one :class:`UserError` line
     naming what is missing and how to place them."""
-    from mmdcs.datasets.fashion_mnist import FILES
     root = osp.join(ROOT, data)
     missing = [n for n in FILES if not osp.isfile(osp.join(root, n))]
     if missing:
