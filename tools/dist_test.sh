@@ -13,21 +13,9 @@ if [[ -z "$CONFIG" || -z "$CHECKPOINT" || -z "$GPUS" ]]; then
     exit 2
 fi
 
-# GPUS: processes on this node, an integer from 1 to the GPUs here (without a GPU: the CPU cores)
-if [[ -n "${CUDA_VISIBLE_DEVICES+x}" ]]; then
-    IFS=',' read -ra VISIBLE <<< "$CUDA_VISIBLE_DEVICES"
-    MAX_PROCS=${#VISIBLE[@]}
-elif command -v nvidia-smi > /dev/null; then
-    MAX_PROCS=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
-else
-    MAX_PROCS=0
-fi
-(( MAX_PROCS > 0 )) || MAX_PROCS=$(getconf _NPROCESSORS_ONLN)
-if ! [[ "$GPUS" =~ ^[0-9]+$ ]] || (( 10#$GPUS < 1 || 10#$GPUS > MAX_PROCS )); then
-    echo "error: GPUS must be an integer from 1 to $MAX_PROCS (the GPUs of this machine;" \
-         "without a GPU, its CPU cores), got '$GPUS'" >&2
-    exit 2
-fi
+# GPUS: processes on this node, checked in the shell before Python starts
+source "$(dirname "$0")/dist_procs.sh"
+check_process_count "$GPUS" || exit 2
 
 PYTHONPATH="$(dirname "$0")/..":${PYTHONPATH:-} \
 python -m torch.distributed.run \
