@@ -173,6 +173,66 @@ def _ms_list(values, n: int, what: str) -> List[float]:
     return out
 
 
+def _spreads(u: dict, ms, what: str):
+    """A unit's ``spread`` (the relative range of each entry's rounds, the shape of its ``ms``),
+    or None where the table records none."""
+    sp = u.get('spread')
+    if sp is None:
+        return None
+    rows = ms if ms and isinstance(ms[0], list) else [ms]
+    sp_rows = sp if isinstance(sp, list) and sp and isinstance(sp[0], list) else [sp]
+    if not isinstance(sp, list) or len(sp_rows) != len(rows) or any(
+            not isinstance(r, list) or len(r) != len(t) for r, t in zip(sp_rows, rows)):
+        raise LatencyTableError(f'{what}: "spread" must have the shape of "ms"')
+    return [[_num(v, what + ': spread') for v in r] for r in sp_rows]
+
+
+def step_is_noise(grid: Sequence[int], lines: Sequence[Sequence[float]],
+                  spreads: Sequence[Sequence[float]], multiple_of: int) -> bool:
+    """Whether a unit's entry one group below its full width (``grid[-2]``, measured to see the
+    step in time when the first group goes: a gather / scatter that comes in) is, on every line
+    along that axis (a pair: at every width of the other one), within its noise (its rounds'
+    range, ms · spread) of the straight line through its neighbours. Such a step is none: the
+    point is left out and the time is linear there. Otherwise the sign of a step of a few
+    hundredths of a millisecond, which is noise, decided whether a unit's first group could go
+    at all, and two builds of one table gave subnets 0.02 of the FLOPs apart."""
+    if len(grid) < 3 or grid[-1] - grid[-2] > max(1, int(multiple_of)):
+        return False
+    a, w, b = grid[-3:]
+    for ms, sp in zip(lines, spreads):
+        line = ms[-3] + (ms[-1] - ms[-3]) * (w - a) / (b - a)
+        if abs(ms[-2] - line) > ms[-2] * sp[-2]:
+            return False
+    return True
+
+
+def _cut(values: list) -> list:
+    """``values`` without the one before the last (the step point of a grid)."""
+    return values[:-2] + values[-1:]
+
+
+def _noise_free_curve(grid: List[int], ms: List[float], sp, m: int) -> '_Curve':
+    """A channel-only or hidden-only unit's curve, its step point left out where it is noise
+    (:func:`step_is_noise`)."""
+    if sp is not None and step_is_noise(grid, [ms], sp, m):
+        grid, ms = _cut(grid), _cut(ms)
+    return _Curve(grid, ms)
+
+
+def _noise_free_surface(dg: List[int], hg: List[int], rows: List[List[float]], sp,
+                        m: int) -> '_Surface':
+    """A pair's surface, its step row (channels) and / or column (hidden units) left out where
+    it is noise at every width of the other axis (:func:`step_is_noise`)."""
+    if sp is not None:
+        cut_d = step_is_noise(dg, [list(c) for c in zip(*rows)], [list(c) for c in zip(*sp)], m)
+        cut_h = step_is_noise(hg, rows, sp, m)
+        if cut_d:
+            dg, rows = _cut(dg), _cut(rows)
+        if cut_h:
+            hg, rows = _cut(hg), [_cut(r) for r in rows]
+    return _Surface(dg, hg, rows)
+
+
 class TableUnits(NamedTuple):
     """The unit entries of a table (:func:`parse_units`)."""
     #: channel-only units: block → T(D̃); hidden-only: path → T(H̃); pairs: block → T(D̃, H̃);
@@ -194,11 +254,14 @@ def parse_units(table: dict) -> TableUnits:
     malformed one. An entry has a ``path`` and either ``channels`` and / or ``hidden`` (full
     widths, ``grid_channels`` / ``grid_hidden``), or ``heads`` (the attention's number of heads,
     ``grid_heads``; format 2 only); ``ms`` the times on the grid (a pair: rows over channels of
-    times over hidden units)."""
+    times over hidden units), ``spread`` (optional, its shape) their rounds' relative range: a
+    channel or hidden axis's step point that is within it of the line is left out
+    (:func:`step_is_noise`)."""
     units = table.get('units')
     if not isinstance(units, list) or not units:
         raise LatencyTableError('"units" must be a non-empty list')
     with_heads = table.get('format') != LATENCY_TABLE_FORMATS[0]
+    m = int(table.get('multiple_of') or 8)
     chan, hid, pair, heads, dims, hdims, adims, pair_hidden = ({} for _ in range(8))
     for k, u in enumerate(units):
         if not isinstance(u, dict) or not isinstance(u.get('path'), str):
@@ -235,15 +298,17 @@ def parse_units(table: dict) -> TableUnits:
                 raise LatencyTableError(f'unit {p}: "ms" must be {len(dg)} rows (channels) of '
                                         f'{len(hg)} times (hidden)')
             rows = [_ms_list(r, len(hg), f'unit {p}: ms row {i}') for i, r in enumerate(ms)]
-            pair[p] = _Surface(dg, hg, rows)
+            pair[p] = _noise_free_surface(dg, hg, rows, _spreads(u, rows, f'unit {p}'), m)
             dims[p], hdims[p], pair_hidden[p] = d, h, p
         elif d is not None:
             dg = _grid(u.get('grid_channels'), d, f'unit {p}: grid_channels')
-            chan[p] = _Curve(dg, _ms_list(ms, len(dg), f'unit {p}: ms'))
+            t = _ms_list(ms, len(dg), f'unit {p}: ms')
+            chan[p] = _noise_free_curve(dg, t, _spreads(u, t, f'unit {p}'), m)
             dims[p] = d
         else:
             hg = _grid(u.get('grid_hidden'), h, f'unit {p}: grid_hidden')
-            hid[p] = _Curve(hg, _ms_list(ms, len(hg), f'unit {p}: ms'))
+            t = _ms_list(ms, len(hg), f'unit {p}: ms')
+            hid[p] = _noise_free_curve(hg, t, _spreads(u, t, f'unit {p}'), m)
             hdims[p] = h
     return TableUnits(chan, hid, pair, heads, dims, hdims, adims, pair_hidden)
 

@@ -40,6 +40,7 @@ def test_without_torch_pruning_one_line_exit_2(monkeypatch, no_benchmark, tmp_pa
     (['--models', 'nope'], 'nope'),
     (['--target-latency', '1.5'], 'target-latency'),
     (['--tol', '0'], 'tol'),
+    (['--variant', 'baseline'], 'variant'),
 ])
 def test_bad_input_is_one_line(extra, match, monkeypatch, no_benchmark, capsys):
     monkeypatch.setitem(sys.modules, 'torch_pruning', sys.modules.get('torch_pruning') or
@@ -97,3 +98,24 @@ def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, c
     (saved, ) = json.loads(js.read_text())['results']
     assert saved['rows'][0]['latency_ratio'] == 0.72 and 'table' not in saved
     assert saved['table_file'] == str(kept)
+
+
+def test_variant_names_the_table_and_reaches_the_benchmark(monkeypatch, tmp_path, capsys):
+    """--variant dcs on a model whose paper variant is kcr: the DCS table of --tables is read
+    and the benchmark gets the variant."""
+    monkeypatch.setitem(sys.modules, 'torch_pruning', sys.modules.get('torch_pruning') or
+                        type(sys)('torch_pruning'))
+    tables = tmp_path / 'tables'
+    tables.mkdir()
+    kept = tables / 'deit-tiny_dcs-hidden-all_32x32_b1_t1_cpu_fp32.json'
+    kept.write_text('{"version": 1}')
+    monkeypatch.setattr(latency_io, 'load_table', lambda path: {'read': path})
+    seen = {}
+
+    def stub(arch, target, table=None, **kw):
+        seen.update(table=table, **kw)
+        return dict(rows=[], skipped={}, table=table, table_built=False)
+
+    monkeypatch.setattr(latency_io, 'peer_benchmark', stub)
+    load_tool(TOOL).main(ARGS + ['--tables', str(tables), '--variant', 'dcs'])
+    assert seen['variant'] == 'dcs' and seen['table'] == {'read': str(kept)}

@@ -15,7 +15,8 @@ file). torch-pruning is an optional extra (pip install torch-pruning==1.6.1, or
 pip install -e ".[bench]"):
 
     python tools/analysis/benchmark_peer.py [--models vit-s16 swin-t efficientvit-b1]
-        [--target-latency 0.7] [--tables DIR] [--select-hidden all|true] [--batch 1]
+        [--target-latency 0.7] [--tables DIR] [--select-hidden all|true] [--variant dcs|kcr]
+        [--batch 1]
         [--runtime torch|onnxruntime] [--also-runtimes onnxruntime] [--match flops|latency]
         [--refine 2] [--peers hidden hidden+heads] [--repeats 21] [--out table.md]
         [--json rows.json]
@@ -50,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument('--select-hidden', choices=('all', 'true'), default='all',
                    help="mmdcs's hidden-unit selection (default all: every MLP's and inverted "
                         "bottleneck's hidden units)")
+    p.add_argument('--variant', choices=('dcs', 'kcr'), default=None,
+                   help="mmdcs's variant (default: the paper's per family: kcr for vit/swin, "
+                        'dcs for mobilevit/efficientvit)')
     p.add_argument('--peers', nargs='+', choices=('hidden', 'hidden+heads'),
                    default=['hidden', 'hidden+heads'], help="Torch-Pruning's rows")
     p.add_argument('--round-to', type=positive_int, default=8,
@@ -94,7 +98,8 @@ def run(args):
     t0 = time.perf_counter()
     results = peer_benchmark_results(
         args.models, args.target_latency, args.tables, args.force, threads=args.threads,
-        input_size=args.size, select_hidden=args.select_hidden, peers=args.peers,
+        input_size=args.size, select_hidden=args.select_hidden, variant=args.variant,
+        peers=args.peers,
         round_to=args.round_to, tol=args.tol, repeats=args.repeats, warmup=args.warmup,
         seed=args.seed, batch=args.batch, runtime=args.runtime, runtimes=args.also_runtimes,
         match=args.match, refine=args.refine, progress=lambda line: print(line, flush=True))
