@@ -63,12 +63,15 @@ def test_a_corrupt_kept_table_is_one_line(monkeypatch, no_benchmark, tmp_path, c
     assert bad.read_text() == '{"arch": "deit-tiny", '  # not overwritten
 
 
-def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, capsys):
+def _stubbed_run(monkeypatch, tmp_path, table_name):
+    """torch_pruning present (or a stand-in), a kept table ``table_name`` in tmp_path/tables
+    (read back as {'read': path}), the benchmark a stub with one row: (tables dir, kept path,
+    what the stub was called with)."""
     monkeypatch.setitem(sys.modules, 'torch_pruning', sys.modules.get('torch_pruning') or
                         type(sys)('torch_pruning'))
     tables = tmp_path / 'tables'
     tables.mkdir()
-    kept = tables / 'deit-tiny_kcr-hidden-all_32x32_b1_t1_cpu_fp32.json'
+    kept = tables / table_name
     kept.write_text('{"version": 1}')
     monkeypatch.setattr(latency_io, 'load_table', lambda path: {'read': path})
     seen = {}
@@ -82,6 +85,12 @@ def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, c
                     table_built=False)
 
     monkeypatch.setattr(latency_io, 'peer_benchmark', stub)
+    return tables, kept, seen
+
+
+def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, capsys):
+    tables, kept, seen = _stubbed_run(monkeypatch, tmp_path,
+                                      'deit-tiny_kcr-hidden-all_32x32_b1_t1_cpu_fp32.json')
     out, js = tmp_path / 'table.md', tmp_path / 'rows.json'
     load_tool(TOOL).main(ARGS + ['--tables', str(tables), '--target-latency', '0.8',
                                  '--out', str(out), '--json', str(js)])
@@ -100,22 +109,10 @@ def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, c
     assert saved['table_file'] == str(kept)
 
 
-def test_variant_names_the_table_and_reaches_the_benchmark(monkeypatch, tmp_path, capsys):
+def test_variant_names_the_table_and_reaches_the_benchmark(monkeypatch, tmp_path):
     """--variant dcs on a model whose paper variant is kcr: the DCS table of --tables is read
     and the benchmark gets the variant."""
-    monkeypatch.setitem(sys.modules, 'torch_pruning', sys.modules.get('torch_pruning') or
-                        type(sys)('torch_pruning'))
-    tables = tmp_path / 'tables'
-    tables.mkdir()
-    kept = tables / 'deit-tiny_dcs-hidden-all_32x32_b1_t1_cpu_fp32.json'
-    kept.write_text('{"version": 1}')
-    monkeypatch.setattr(latency_io, 'load_table', lambda path: {'read': path})
-    seen = {}
-
-    def stub(arch, target, table=None, **kw):
-        seen.update(table=table, **kw)
-        return dict(rows=[], skipped={}, table=table, table_built=False)
-
-    monkeypatch.setattr(latency_io, 'peer_benchmark', stub)
+    tables, kept, seen = _stubbed_run(monkeypatch, tmp_path,
+                                      'deit-tiny_dcs-hidden-all_32x32_b1_t1_cpu_fp32.json')
     load_tool(TOOL).main(ARGS + ['--tables', str(tables), '--variant', 'dcs'])
     assert seen['variant'] == 'dcs' and seen['table'] == {'read': str(kept)}
