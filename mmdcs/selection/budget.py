@@ -538,7 +538,10 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
     whole cost, which favoured removing large groups: with ``multiple_of=8`` a group of 8
     channels looked 8× cheaper per score than a head, removed one at a time.) Then the removed groups are added back, best score per unit of
     marginal cost first, while they fit (a group that does not fit is skipped, a cheaper one
-    may still fit). Near the end, a group whose removal would leave the count more than
+    may still fit). A group whose removal saves nothing (a measured step: a block's first
+    channels bring in a gather) is never removed on its own: where it blocks a unit, the fewest
+    groups that together save time are one move, taken after every single group, by score per
+    unit of the cost it saves. Near the end, a group whose removal would leave the count more than
     ``tolerance`` below the budget (a coarse, expensive one) gives way to the best group that
     does not, or else to the cheapest group (cheaper groups of other units fill the budget more
     closely). Every unit keeps at least one group.
@@ -613,52 +616,71 @@ class _Greedy:
         w = self.widths[u] + (size if back else 0)
         return size, (self.cum[u][w] - self.cum[u][w - size]) / size
 
-    def ratio(self, u, back: bool = False):
-        """(the group's score per unit of the cost it saves, that cost): its summed score
-        over its cost — a group of 8 channels and a single head compare per element."""
-        size, score = self.group(u, back)
+    def move(self, u):
+        """(summed score per unit of the cost it saves, that cost, groups) of ``u``'s next
+        removal: its next group; where that saves nothing (a measured step: a block's first
+        channels bring in a gather / scatter), the fewest next groups that together save time,
+        as one move; ``(inf, 0, 0)`` where no number of them does. A group of 8 channels and a
+        single head compare per element."""
+        size, score = self.group(u, back=False)
         cost = size * self.marginal(u, self.widths)
-        return (score * size / cost if cost > 0 else math.inf), cost
+        if cost > 0:
+            return score * size / cost, cost, 1
+        widths, total = dict(self.widths), self.count(self.widths)
+        summed, k = 0., self.removed[u]
+        for j, size in enumerate(self.sizes[u][k:], 1):
+            w = widths[u]
+            summed += self.cum[u][w] - self.cum[u][w - size]
+            widths[u] = w - size
+            saved = total - self.count(widths)
+            if saved > 0:
+                return summed / saved, saved, j
+        return math.inf, 0., 0
 
     def push(self, u):
+        """Queue ``u``'s next move: single groups that save time by their score per unit of
+        cost; moves across a step (several groups, :meth:`move`) after every single group, by
+        theirs (they once went in the units' order, whatever their scores); a unit none of whose
+        removals saves time waits for its partners."""
         self.version[u] += 1
         if self.removed[u] < len(self.sizes[u]):
-            heapq.heappush(self.heap, (self.ratio(u)[0], self.rank[u], self.version[u], u))
+            r, _cost, groups = self.move(u)
+            if groups:
+                heapq.heappush(self.heap, (groups > 1, r, self.rank[u], self.version[u], u))
 
-    def finer(self, u, cost: float, total: float, budget: float, tolerance: float):
-        """A removal that would end far below the budget gives way to the best group that
-        does not, if any, else to the cheapest (a coarse, expensive group of one unit is not
-        the last word when cheaper groups of others can fill the budget); only groups whose
-        removal saves something are candidates: (unit, cost)."""
-        options = [(r, c, self.rank[v], v) for v in self.units
-                   if self.removed[v] < len(self.sizes[v]) for r, c in [self.ratio(v)]
-                   if c > 0]  # a group that adds time (a measured step) saves nothing
+    def finer(self, u, move, total: float, budget: float, tolerance: float):
+        """A removal that would end far below the budget gives way to the best single group
+        that does not, if any, else to the cheapest (a coarse, expensive group of one unit is
+        not the last word when cheaper groups of others can fill the budget): (unit, move)."""
+        options = [(m[0], m[1], self.rank[v], v, m) for v in self.units
+                   if self.removed[v] < len(self.sizes[v]) for m in [self.move(v)] if m[2] == 1]
         if not options:
-            return u, cost
+            return u, move
         within = [o for o in options if total - o[1] >= budget - tolerance]
         best = min(within) if within else min(options, key=lambda o: (o[1], o[0], o[2]))
-        if best[3] != u and best[1] < cost:
+        if best[3] != u and best[1] < move[1]:
             self.push(u)
-            return best[3], best[1]
-        return u, cost
+            return best[3], best[4]
+        return u, move
 
     def eliminate(self, budget: float, tolerance: float) -> None:
         """Remove the groups of lowest score per unit of cost until the count is within the
-        budget."""
+        budget; a removal that saves no time is never made on its own (only as part of a
+        move that does: :meth:`move`)."""
         for u in self.units:
             self.push(u)
         total = self.count(self.widths)
         while total > budget and self.heap:
-            _, _, ver, u = heapq.heappop(self.heap)
+            _, _, _, ver, u = heapq.heappop(self.heap)
             if ver != self.version[u]:
                 continue
-            cost = self.ratio(u)[1]
-            if total - cost < budget - tolerance:
-                u, cost = self.finer(u, cost, total, budget, tolerance)
-            size, _ = self.group(u, back=False)
-            total -= cost  # exact: the count is linear in each width
-            self.widths[u] -= size
-            self.removed[u] += 1
+            move = self.move(u)
+            if total - move[1] < budget - tolerance:
+                u, move = self.finer(u, move, total, budget, tolerance)
+            for _ in range(move[2]):
+                self.widths[u] -= self.sizes[u][self.removed[u]]
+                self.removed[u] += 1
+            total = self.count(self.widths)
             for v in [u] + self.partners[u]:
                 self.push(v)
 

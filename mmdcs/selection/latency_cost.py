@@ -190,20 +190,21 @@ def _spreads(u: dict, ms, what: str):
 def step_is_noise(grid: Sequence[int], lines: Sequence[Sequence[float]],
                   spreads: Sequence[Sequence[float]], multiple_of: int) -> bool:
     """Whether a unit's entry one group below its full width (``grid[-2]``, measured to see the
-    step in time when the first group goes: a gather / scatter that comes in) is, on every line
-    along that axis (a pair: at every width of the other one), within its noise (its rounds'
-    range, ms · spread) of the straight line through its neighbours. Such a step is none: the
-    point is left out and the time is linear there. Otherwise the sign of a step of a few
-    hundredths of a millisecond, which is noise, decided whether a unit's first group could go
-    at all, and two builds of one table gave subnets 0.02 of the FLOPs apart."""
+    step in time when the first group goes: a gather / scatter that comes in) is off the
+    straight line through its neighbours by no more than its noise: the mean deviation over the
+    ``lines`` along that axis (a pair: one at every width of the other axis) within the mean of
+    the entries' rounds' range (ms · spread) over √(number of lines). Such a step is none: the
+    point is left out and the time is linear there. A step that every line shows (a residual
+    channel's gather) stays; one whose sign the noise sets (a hidden unit's) goes — before, the
+    sign of a step of a few hundredths of a millisecond decided whether a unit's first group
+    could go at all, and two builds of one table gave subnets 0.017 of the FLOPs apart."""
     if len(grid) < 3 or grid[-1] - grid[-2] > max(1, int(multiple_of)):
         return False
     a, w, b = grid[-3:]
-    for ms, sp in zip(lines, spreads):
-        line = ms[-3] + (ms[-1] - ms[-3]) * (w - a) / (b - a)
-        if abs(ms[-2] - line) > ms[-2] * sp[-2]:
-            return False
-    return True
+    off = [ms[-2] - (ms[-3] + (ms[-1] - ms[-3]) * (w - a) / (b - a)) for ms in lines]
+    noise = [ms[-2] * sp[-2] for ms, sp in zip(lines, spreads)]
+    n = len(off)
+    return abs(sum(off) / n) <= sum(noise) / n / math.sqrt(n)
 
 
 def _cut(values: list) -> list:
@@ -222,7 +223,7 @@ def _noise_free_curve(grid: List[int], ms: List[float], sp, m: int) -> '_Curve':
 def _noise_free_surface(dg: List[int], hg: List[int], rows: List[List[float]], sp,
                         m: int) -> '_Surface':
     """A pair's surface, its step row (channels) and / or column (hidden units) left out where
-    it is noise at every width of the other axis (:func:`step_is_noise`)."""
+    it is noise over the widths of the other axis (:func:`step_is_noise`)."""
     if sp is not None:
         cut_d = step_is_noise(dg, [list(c) for c in zip(*rows)], [list(c) for c in zip(*sp)], m)
         cut_h = step_is_noise(hg, rows, sp, m)

@@ -328,3 +328,28 @@ def test_groups_of_different_sizes_compare_per_element():
     keep = select_units_to_budget(scores, dims, count, lambda u, w: price[u], 40.,
                                   multiple_of=8)
     assert keep[h] == [0, 1, 2, 3] and len(keep[a]) == 8
+
+
+def test_a_measured_step_is_crossed_by_the_unit_whose_scores_are_lowest():
+    """Two units whose first group of 8 costs time to remove (a measured step: 30 ms at full
+    width, 31 ms one group below, then 1 ms a channel), one of high and one of low scores, and a
+    unit without a step. Once the stepless unit is at its floor, the budget needs one of the two
+    stepped units two groups down: the one of low scores goes. (Before, a removal that saved no
+    time was made in the units' order: the first unit went, whatever its scores.)"""
+    from mmdcs.selection.budget import select_units_to_budget
+
+    def t_step(w):
+        return {32: 30., 24: 31.}.get(w, float(w))
+
+    def count(widths):
+        return t_step(widths['a1']) + t_step(widths['a2']) + 0.5 * widths['b']
+
+    def marginal(u, widths):
+        w = widths[u]
+        return 0.5 if u == 'b' else (t_step(w) - t_step(w - 8)) / 8
+
+    dims = dict(a1=32, a2=32, b=32)
+    scores = dict(a1=torch.full((32, ), 10.), a2=torch.ones(32), b=torch.full((32, ), 5.))
+    keep = select_units_to_budget(scores, dims, count, marginal, 50., multiple_of=8,
+                                  prior=None)
+    assert {u: len(k) for u, k in keep.items()} == dict(a1=32, a2=16, b=8)

@@ -261,22 +261,25 @@ def test_the_step_of_the_first_channel_group_makes_the_ranking_prune_hidden_unit
 
 
 def test_a_step_within_its_noise_is_none_so_two_noisy_builds_give_one_subnet():
-    """The step point one group below full width is left out where it is within its noise
-    (ms · spread) of the line through its neighbours, on every line of its axis. Two builds of a
-    table whose time is linear, one where noise made the first channel group look costly and
-    one where it made the first hidden group look so, then rank to the same subnet; without the
-    recorded spread they do not (one keeps every channel, the other every hidden unit). A step
-    beyond its noise stays."""
+    """The step point one group below full width is left out where its mean deviation from the
+    line through its neighbours, over the lines of its axis, is within their noise (ms ·
+    spread, over √lines). Two builds of a table whose time is linear, with noise of either sign
+    on the first channel group's entries in one and on the first hidden group's in the other
+    (each positive at the other axis's full width, so each blocks one unit type's first
+    group), then rank to the same subnet; without the recorded spread they do not. A step that
+    every line shows stays."""
     from mmdcs.selection.budget import select_jointly
     from mmdcs.selection.latency_cost import step_is_noise
     gd, gh = [8, 16, 24, 32, 40, 48], [8, 32, 64, 88, 96]
+    d_noise = dict(zip(gh, (-1, 1, -1, 1, 1)))      # along the channel step's row
+    h_noise = dict(zip(gd, (-1, 1, -1, 1, -1, 1)))  # along the hidden step's column
 
     def f(d, h):
         return 0.1 + 0.004 * d + 0.001 * h + 0.00003 * d * h
 
-    def table(bump_d, bump_h, spread):
-        ms = [[f(x, y) + (bump_d if x == 40 else 0.) + (bump_h if y == 88 else 0.) for y in gh]
-              for x in gd]
+    def table(bump_d, bump_h, spread, every=False):
+        ms = [[f(x, y) + (bump_d * (1 if every else d_noise[y]) if x == 40 else 0.)
+               + (bump_h * h_noise[x] if y == 88 else 0.) for y in gh] for x in gd]
         units = [dict(path=p, channels=48, hidden=96, grid_channels=gd, grid_hidden=gh, ms=ms,
                       spread=[[spread] * len(gh) for _ in gd]) for p in ('b1', 'b2')]
         return dict(synthetic_table(), units=units, const_ms=0.2, baseline_ms=2 * f(48, 96) + 0.2)
@@ -293,12 +296,12 @@ def test_a_step_within_its_noise_is_none_so_two_noisy_builds_give_one_subnet():
             0.8, '--target-latency', 8), 8, 'mean')
         return ({p: len(k) for p, k in keep.items()}, {p: len(h) for p, h in hidden_keep.items()})
 
-    # noise of 0.06 ms on entries of 0.3-0.6 ms whose rounds spread 25 %: within it
+    # noise of ±0.06 ms on entries of 0.3-0.6 ms whose rounds spread 25 %
     first, second = table(0.06, 0., 0.25), table(0., 0.06, 0.25)
     assert ranked(first, False) != ranked(second, False)
     assert ranked(first) == ranked(second)
-    # the same bumps with rounds that spread 1 %: a step, kept (every channel kept)
-    keep, hidden_keep = ranked(table(0.06, 0., 0.01))
+    # +0.06 ms on every line, rounds that spread 1 %: a step, kept (every channel kept)
+    keep, hidden_keep = ranked(table(0.06, 0., 0.01, every=True))
     assert all(k == 48 for k in keep.values()) and any(h < 96 for h in hidden_keep.values())
     # a curve: the point one group below full (8) is tested, one further below is not a step
     assert step_is_noise([8, 16, 24], [[1., 2.05, 3.]], [[0.05, 0.05, 0.05]], 8)
