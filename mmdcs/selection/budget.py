@@ -675,6 +675,8 @@ class _Greedy:
             if ver != self.version[u]:
                 continue
             move = self.move(u)
+            if not move[2]:
+                continue
             if total - move[1] < budget - tolerance:
                 u, move = self.finer(u, move, total, budget, tolerance)
             for _ in range(move[2]):
