@@ -1,30 +1,12 @@
 #!/usr/bin/env bash
 # Distributed testing with torchrun:  bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py args...]
+# Multi-node: NNODES, NODE_RANK, MASTER_ADDR, PORT. GPUS is checked before Python starts.
 CONFIG=$1
 CHECKPOINT=$2
 GPUS=$3
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-
 if [[ -z "$CONFIG" || -z "$CHECKPOINT" || -z "$GPUS" ]]; then
     echo "usage: bash tools/dist_test.sh CONFIG CHECKPOINT GPUS [test.py options]" >&2
     exit 2
 fi
-
-# GPUS: processes on this node, checked in the shell before Python starts
 source "$(dirname "$0")/dist_procs.sh"
-check_process_count "$GPUS" || exit 2
-
-PYTHONPATH="$(dirname "$0")/..":${PYTHONPATH:-} \
-python -m torch.distributed.run \
-    --nnodes="$NNODES" \
-    --node_rank="$NODE_RANK" \
-    --master_addr="$MASTER_ADDR" \
-    --nproc_per_node="$GPUS" \
-    --master_port="$PORT" \
-    "$(dirname "$0")/test.py" \
-    "$CONFIG" \
-    "$CHECKPOINT" \
-    --launcher pytorch "${@:4}"
+torchrun_tool "$GPUS" test.py "$CONFIG" "$CHECKPOINT" --launcher pytorch "${@:4}"
