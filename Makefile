@@ -66,7 +66,7 @@ FASHION_GRID := --dataset fashion-mnist --pretrained --resource latency --models
 	--baseline-epochs $(FASHION_EPOCHS) --baseline-from $(COMPARE_FASHION_BASELINE) \
 	--tables $(COMPARE_FASHION_OUT)/tables
 ONE_CORE := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 taskset -c
-compare-fashion: setup ## 7 methods x 2 latency budgets (0.7, 0.55) x 3 seeds, Fashion-MNIST [~95 min planned]
+compare-fashion: setup ## 7 methods x 2 latency budgets (0.7, 0.55) x 3 seeds, Fashion-MNIST [83 min, 2026-11-28]
 	$(PY) tools/data/fashion_mnist.py --out data/fashion-mnist
 	set -e; pids=; \
 	if [ ! -f $(COMPARE_FASHION_BASELINE)/epoch_$(FASHION_EPOCHS).pth ]; then \
