@@ -56,8 +56,8 @@ from mmdcs.checks import check_timing
 from mmdcs.models.counting import distinct_halves
 from mmdcs.selection import BlockSelection, SubnetSpec, apply_subnet_
 from mmdcs.selection.budget import CHANNELS, HEADS, HIDDEN, Measure
-from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, read_table,
-                                          selection_options)
+from mmdcs.selection.latency_cost import (LATENCY_TABLE_FORMAT, LatencyCost, off_line,
+                                          read_table, selection_options)
 from mmdcs.selection.subnet import head_selectors, hidden_selectors, prunable_modules
 from . import latency as harness
 from .latency import (_ALLOCATOR, DTYPES, TorchRuntime, build_runtime, device_name,
@@ -370,8 +370,7 @@ def _linear_misses(grid: Sequence[int], ms: Sequence[float], noise: Sequence[flo
     out = set()
     for i in range(1, len(grid) - 1):
         a, w, b = grid[i - 1], grid[i], grid[i + 1]
-        line = ms[i - 1] + (ms[i + 1] - ms[i - 1]) * (w - a) / (b - a)
-        if abs(ms[i] - line) > max(tol, 2 * noise[i]):
+        if abs(off_line(grid, ms, i)) > max(tol, 2 * noise[i]):
             for lo, hi in ((a, w), (w, b)):
                 mid = (lo + hi) // 2 // m * m
                 if lo < mid < hi:

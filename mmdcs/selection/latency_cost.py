@@ -187,6 +187,14 @@ def _spreads(u: dict, ms, what: str):
     return [[_num(v, what + ': spread') for v in r] for r in sp_rows]
 
 
+def off_line(grid: Sequence[float], ms: Sequence[float], i: int) -> float:
+    """How far the time ``ms[i]`` lies above the straight line through its neighbours
+    (``grid[i - 1]``, ``grid[i + 1]``): the table builder's test for where a curve bends, and
+    the predictor's for whether a step is noise."""
+    a, w, b = grid[i - 1], grid[i], grid[i + 1]
+    return ms[i] - (ms[i - 1] + (ms[i + 1] - ms[i - 1]) * (w - a) / (b - a))
+
+
 def step_is_noise(grid: Sequence[int], lines: Sequence[Sequence[float]],
                   spreads: Sequence[Sequence[float]], multiple_of: int) -> bool:
     """Whether a unit's entry one group below its full width (``grid[-2]``, measured to see the
@@ -200,8 +208,7 @@ def step_is_noise(grid: Sequence[int], lines: Sequence[Sequence[float]],
     could go at all, and two builds of one table gave subnets 0.017 of the FLOPs apart."""
     if len(grid) < 3 or grid[-1] - grid[-2] > max(1, int(multiple_of)):
         return False
-    a, w, b = grid[-3:]
-    off = [ms[-2] - (ms[-3] + (ms[-1] - ms[-3]) * (w - a) / (b - a)) for ms in lines]
+    off = [off_line(grid, ms, len(grid) - 2) for ms in lines]
     noise = [ms[-2] * sp[-2] for ms, sp in zip(lines, spreads)]
     n = len(off)
     return abs(sum(off) / n) <= sum(noise) / n / math.sqrt(n)
