@@ -128,3 +128,18 @@ def test_two_table_builds_compared_by_their_subnets(synthetic, tmp_path, capsys)
     code, err = run_main('tools/analysis/latency_repro.py', [paths[0], str(bad)], capsys,
                          cwd=None)
     assert code == 2 and 'bad.json' in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_variant_is_the_supernets(synthetic, tmp_path, capsys):
+    """--variant names the supernet at --target-latency too (it used to be the random
+    subnets' only, and the paper's variant was timed whatever was asked); one not known is
+    refused in one line."""
+    tables = tmp_path / 'tables'
+    (row, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7', '--tables', str(tables),
+                                          '--variant', 'dcs'])
+    assert row['variant'] == 'dcs' and row['spec']['variant'] == 'dcs'
+    assert [p.name for p in tables.iterdir()] == ['deit-tiny_dcs-hidden_32x32_b1_t1_cpu_fp32.json']
+    code, err = run_main(TOOL, ARGS + ['--target-latency', '0.7', '--variant', 'baseline'],
+                         capsys, cwd=None)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and '--variant' in lines[0], err

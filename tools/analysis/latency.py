@@ -81,6 +81,7 @@ from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, batch_size,
                                run_program, seed, thread_count, unit_ratio, user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
+from mmdcs.models.backbones.base import VARIANTS
 
 
 def parse_args(argv=None):
@@ -132,9 +133,10 @@ def parse_args(argv=None):
     p.add_argument('--hidden-only', action='store_true',
                    help='with --target-flops --select-hidden: prune the hidden units only '
                    '(every block keeps all its channels)')
-    p.add_argument('--variant', default=None,
-                   help='variant of the random subnets (default: the paper\'s per family: kcr '
-                   'for vit/swin, dcs for mobilevit/efficientvit)')
+    p.add_argument('--variant', default=None, choices=[v for v in VARIANTS if v != 'baseline'],
+                   help='variant of the random subnets and, with --target-latency, of the '
+                   'supernet (default: the paper\'s per family: kcr for vit/swin, dcs for '
+                   'mobilevit/efficientvit)')
     p.add_argument('--theta-rank', type=positive_int, default=None, metavar='R',
                    help='DCS random subnets: Linear_θ at rank R (D→R→D; default full rank, '
                         'the paper)')
@@ -286,7 +288,7 @@ def run_latency_target(args):
             select_hidden=args.select_hidden, select_heads=args.select_heads,
             multiple_of=args.multiple_of, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
             validate=args.validate, refine=args.refine, runtime=args.runtime,
-            progress=lambda line: print(line, flush=True))
+            variant=args.variant, progress=lambda line: print(line, flush=True))
     text = format_latency_target(rows)
     text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
              'the latency table\'s; measured: the subnet (magnitude ranking of a '
