@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from mmdcs.selection import SubnetSpec
-from mmdcs.selection.budget import LATENCY_TOLERANCE, REFINE_TOLERANCE, Measure
+from mmdcs.selection.budget import LATENCY_TOLERANCE, REFINE_TOLERANCE, Measure, build_prior
 from mmdcs.selection.importance import Ranking
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
@@ -68,16 +68,19 @@ def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
                    table_rounds: int = 5, table_meter: Optional[Callable] = None,
                    seed: int = 0, progress: Optional[Callable[[str], None]] = None,
                    on_table: Optional[Callable[[dict], None]] = None,
-                   select_heads: bool = False, runtime=None):
+                   select_heads: bool = False, runtime=None, prior: Optional[str] = 'cost'):
     """A paper model's latency budget on this device, before any target: the supernet, its
     table (built here unless given, in ``runtime``: default PyTorch eager) and the scorer's
-    scores, made once. Returns ``(at, table, built, supernet, baseline, (H, W), variant,
+    scores, made once; ``prior``: how the ranking weighs the units
+    (:func:`~mmdcs.selection.budget.build_prior`: ``'cost'``, None, or ``'flops'``: an
+    element is worth the FLOPs it does). Returns ``(at, table, built, supernet, baseline, (H, W), variant,
     cost)``: ``at(ratio)`` is the budget subnet the table predicts at ``ratio``
     (:meth:`~mmdcs.selection.importance.Ranking.at`; ``BudgetError`` outside the table's floor
     and ceiling), ``built`` whether the table was measured here. Arguments: those of
     :func:`latency_target_row`."""
     sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed,
                                              select_heads)
+    weigh = build_prior(prior, sup, size)  # a prior not known: refused before any timing
     built = table is None
     if built:
         table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
@@ -89,7 +92,7 @@ def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
     ranking = Ranking(sup, method, model=sup)
 
     def at(ratio: float):
-        return ranking.at(cost, ratio, multiple_of)
+        return ranking.at(cost, ratio, multiple_of, prior=weigh)
     return at, table, built, sup, base, size, variant, cost
 
 
@@ -118,7 +121,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        select_heads: bool = False, validate: int = 0,
                        validate_rounds: int = 15, validate_meter: Optional[Callable] = None,
                        refine: int = 0, refine_tolerance: float = REFINE_TOLERANCE,
-                       runtime=None) -> dict:
+                       runtime=None, prior: Optional[str] = 'cost') -> dict:
     """One paper model at a latency target on this device.
 
     Args:
@@ -131,7 +134,8 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         batch, threads, device, dtype: where the table is measured and the subnet timed;
             ``runtime``: in what (default PyTorch eager; a table of another runtime is refused
             in one line).
-        method: the registered scorer the channels are ranked by.
+        method: the registered scorer the channels are ranked by; ``prior``: how the ranking
+            weighs the units (:func:`latency_budget`).
         multiple_of: kept widths in groups of it (and the table's grid step).
         table: a table measured before for this supernet (checked against it,
             :meth:`LatencyCost.from_table`); None: built here (``table_rounds`` rounds per grid
@@ -173,7 +177,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
         arch, batch, threads, device, dtype, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
         table_rounds=table_rounds, table_meter=table_meter, seed=seed, progress=progress,
-        on_table=on_table, select_heads=select_heads, runtime=runtime)
+        on_table=on_table, select_heads=select_heads, runtime=runtime, prior=prior)
     measure = cost.measure(runtime=runtime.name, rounds=repeats, warmup=warmup)
     base_flops, base_params = count_flops(base, size), count_params(base)
 

@@ -363,14 +363,15 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
                    repeats: int = 21, warmup: int = 3, seed: int = 0, table_rounds: int = 5,
                    table_meter: Optional[Callable] = None, meter: Optional[Callable] = None,
                    progress: Optional[Callable[[str], None]] = None,
-                   on_table: Optional[Callable[[dict], None]] = None) -> dict:
+                   on_table: Optional[Callable[[dict], None]] = None,
+                   prior: Optional[str] = 'cost') -> dict:
     """mmdcs at a latency target beside Torch-Pruning, one model, CPU.
 
     Args:
         arch: e.g. ``'vit-s16'`` (its family names a timm model, ``timm_models``).
         target: mmdcs's latency target (ratio to the baseline, as predicted by the table).
         table, input_size, select_hidden, variant, method, multiple_of, table_rounds,
-            table_meter, seed, on_table: mmdcs's side
+            table_meter, seed, on_table, prior: mmdcs's side
             (:func:`~mmdcs.analysis.latency_target.latency_target_row`; ``table`` None: the
             table is measured here, in ``runtime``).
         runtime: the runtime (a name or a runtime object) of mmdcs's table and of the
@@ -413,7 +414,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
         batch=batch, threads=threads, variant=variant, input_size=input_size,
         select_hidden=select_hidden, method=method, multiple_of=multiple_of, table=table,
         table_rounds=table_rounds, table_meter=table_meter, seed=seed, progress=progress,
-        on_table=on_table), runtime, by_latency or refine, dict(
+        on_table=on_table, prior=prior), runtime, by_latency or refine, dict(
             repeats=repeats, warmup=warmup, meter=meter, refine=refine))
     spec, size = ours['spec'], ours['size']
     say(f'{arch}: mmdcs ({ours["variant"]}, select_hidden={select_hidden}) at latency target '
@@ -561,7 +562,9 @@ def _ours(arch, target, kw: dict, runtime, measured: bool, timing: dict) -> dict
     base_flops = count_flops(base, size)
     flops = count_flops(pruned, size) / base_flops
     predicted = float(spec.meta['budget']['achieved_ratio'])
-    meta = dict(method=f'mmdcs {variant} + hidden (latency target {target:g})', name='mmdcs',
+    prior = spec.meta['budget'].get('prior', 'cost')
+    what = f'latency target {target:g}' + ('' if prior == 'cost' else f', prior {prior or "none"}')
+    meta = dict(method=f'mmdcs {variant} + hidden ({what})', name='mmdcs',
                 base='mmdcs baseline', flops_ratio=flops,
                 params_ratio=count_params(pruned) / count_params(base),
                 predicted_ratio=predicted, measured_ratio=measured_ratio, pruning_ratio=None,
@@ -569,6 +572,8 @@ def _ours(arch, target, kw: dict, runtime, measured: bool, timing: dict) -> dict
     return dict(spec=spec, table=table, built=built, base=base, pruned=pruned, size=size,
                 variant=variant, flops=flops, predicted=predicted, measured=measured_ratio,
                 base_flops=base_flops, row=meta)
+
+
 def format_peer_benchmark(rows: Sequence[dict]) -> str:
     """Markdown table of :func:`peer_benchmark` rows (a column per further runtime a row was
     timed in: its ratio on the thread's CPU time, else the wall clock)."""

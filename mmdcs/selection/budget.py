@@ -31,7 +31,7 @@ import heapq
 import math
 from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, Hashable, List, Optional, Protocol, Sequence, Tuple,
-                    runtime_checkable)
+                    Union, runtime_checkable)
 
 import torch
 import torch.nn as nn
@@ -494,8 +494,46 @@ def _is_heads(unit) -> bool:
     return isinstance(unit, tuple) and len(unit) == 2 and unit[0] == HEADS
 
 
-#: how the greedy weighs the units against each other (:func:`select_units_to_budget`)
+#: how the greedy weighs the units against each other (:func:`select_units_to_budget`): by
+#: the budget's own average cost per element, or not at all; or (:func:`prior_count`) by the
+#: prices of another, exact resource over the same units (e.g. the FLOPs an element does)
 PRIORS = ('cost', None)
+
+
+def check_prior(prior):
+    """``prior`` if it is one of :data:`PRIORS` or a cost with a ``count`` (an exact
+    :class:`ResourceCost` over the budget's units); ValueError otherwise."""
+    if prior in PRIORS or (not isinstance(prior, str)
+                           and callable(getattr(prior, 'count', None))):
+        return prior
+    raise ValueError(f'prior must be one of {PRIORS} or a resource cost, got {prior!r}')
+
+
+def prior_count(prior, widths: Callable = lambda w: w):
+    """What :func:`select_units_to_budget` takes for ``prior``: ``'cost'`` or None as they
+    are, a resource cost as its count (at ``widths(w)``, the widths a caller maps its units'
+    to)."""
+    check_prior(prior)
+    return prior if prior in PRIORS else (lambda w: prior.count(widths(w)))
+
+
+def build_prior(name: Optional[str], model: nn.Module, input_size: Optional[tuple] = None):
+    """The prior called ``name`` (the tools' ``--prior``): ``'cost'`` as it is, None or
+    ``'none'`` as None, a counted resource's name (:func:`counted_resources`: ``'flops'``,
+    ``'params'``) as its exact cost of ``model`` at ``input_size``; :class:`BudgetError` (one
+    line) otherwise."""
+    if name in PRIORS or name == 'none':
+        return None if name == 'none' else name
+    if name not in counted_resources():
+        raise BudgetError(f'prior {name!r}: one of cost, none, '
+                          + ', '.join(counted_resources()))
+    return build_cost(name, model, input_size)
+
+
+def prior_name(prior) -> Optional[str]:
+    """How a subnet's ``meta['budget']['prior']`` records ``prior``: ``'cost'``, None or
+    the other resource's name."""
+    return prior if prior in PRIORS else prior.resource
 
 
 def unit_prices(dims: Dict[Hashable, int], count: Callable[[Dict[Hashable, int]], float],
@@ -523,7 +561,7 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
                            count: Callable[[Dict[Hashable, int]], float],
                            marginal: Callable[[Hashable, Dict[Hashable, int]], float],
                            budget: float, multiple_of: int = 1,
-                           tolerance: float = 0., prior: Optional[str] = 'cost'
+                           tolerance: float = 0., prior: Union[None, str, Callable] = 'cost'
                            ) -> Dict[Hashable, List[int]]:
     """Kept indices of every unit (a block's channels, a module's hidden units, or any width
     a count is linear in) so that ``count`` is at most ``budget`` and as close to it as the
@@ -536,8 +574,8 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
     MLP's channel costs in proportion to its kept hidden units and the reverse) goes first, until
     the count is within the budget. (Until 2026-11-27 a group's *mean* score was divided by its
     whole cost, which favoured removing large groups: with ``multiple_of=8`` a group of 8
-    channels looked 8× cheaper per score than a head, removed one at a time.) Then the removed groups are added back, best score per unit of
-    marginal cost first, while they fit (a group that does not fit is skipped, a cheaper one
+    channels looked 8× cheaper per score than a head, removed one at a time.) Then the removed
+    groups are added back, best score per unit of marginal cost first, while they fit (a group that does not fit is skipped, a cheaper one
     may still fit). A group whose removal saves nothing (a measured step: a block's first
     channels bring in a gather) is never removed on its own: where it blocks a unit, the fewest
     groups that together save time are one move, taken after every single group, by score per
@@ -568,10 +606,12 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
         multiple_of: group size.
         tolerance: how far below the budget a removal may take the count without looking for
             a finer one.
-        prior: ``'cost'`` (scores weighed by :func:`unit_prices`) or None (as given).
+        prior: ``'cost'`` (scores weighed by :func:`unit_prices` of ``count``), None (as
+            given) or another count over the same units (scores weighed by its prices; e.g.
+            the FLOPs of an element for a latency budget: :func:`prior_count`).
     """
-    if prior not in PRIORS:
-        raise ValueError(f'prior must be one of {PRIORS}, got {prior!r}')
+    if prior not in PRIORS and not callable(prior):
+        raise ValueError(f'prior must be one of {PRIORS} or a count, got {prior!r}')
     g = _Greedy(scores, dims, count, marginal, max(1, int(multiple_of)), prior)
     g.eliminate(budget, tolerance)
     g.add_back(budget)
@@ -587,13 +627,14 @@ class _Greedy:
     def __init__(self, scores, dims, count, marginal, m: int, prior):
         self.count, self.marginal = count, marginal
         self.units = [u for u in dims if u in scores]
-        prices = unit_prices(dims, count, self.units) if prior == 'cost' else {}
+        priced = count if prior == 'cost' else prior  # None: the scores as given
+        prices = unit_prices(dims, priced, self.units) if priced is not None else {}
         self.order, self.cum, self.sizes = {}, {}, {}
         for u in self.units:
             s = torch.as_tensor(scores[u], dtype=torch.float64).flatten()
             if s.numel() != dims[u]:
                 raise ValueError(f'{u}: {s.numel()} scores for a width of {dims[u]}')
-            if prior == 'cost':
+            if priced is not None:
                 s = s * prices[u]
             self.order[u] = s.argsort(descending=True, stable=True)
             self.cum[u] = torch.cat([s.new_zeros(1), s[self.order[u]].cumsum(0)]).tolist()
@@ -721,7 +762,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
                    cost: ResourceCost, budget: float, multiple_of: int = 1,
                    normalize: Optional[str] = None, tolerance: Optional[float] = None,
                    head_scores: Optional[Dict[str, Tensor]] = None,
-                   prior: Optional[str] = 'cost'
+                   prior: Union[None, str, 'ResourceCost'] = 'cost'
                    ) -> Tuple[Dict[str, List[int]], Dict[str, List[int]]]:
     """(kept channels per block, kept hidden units per hidden-selected module) at ``budget``:
     channels and hidden units ranked jointly by score per unit of marginal cost
@@ -740,7 +781,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
     if tolerance is None:
         tolerance = 1e-3 * abs(cost.baseline)
     keep = select_units_to_budget(units, cost.unit_dims(), cost.count, cost.marginal, budget,
-                                  multiple_of, tolerance, prior)
+                                  multiple_of, tolerance, prior_count(prior))
     out = ({n: keep[(CHANNELS, n)] for n in cost.dims},
            {k: keep[(HIDDEN, k)] for k in cost.hidden_dims})
     if head_scores is not None:
@@ -749,7 +790,7 @@ def select_jointly(scores: Dict[str, Tensor], hidden_scores: Dict[str, Tensor],
 
 
 def select_to_budget(scores: Dict[str, Tensor], cost: ResourceCost, budget: float,
-                     multiple_of: int = 1, prior: Optional[str] = 'cost'
+                     multiple_of: int = 1, prior: Union[None, str, 'ResourceCost'] = 'cost'
                      ) -> Dict[str, List[int]]:
     """Kept channels of every block so that ``cost`` is as close to ``budget`` as the greedy
     allows, from below (hidden widths, if any, at full width): :func:`select_jointly` without
@@ -834,7 +875,7 @@ def nested_channels(model: nn.Module, heads: Sequence[str]) -> Dict[str, Tensor]
 
 def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
                    cost: ResourceCost, budget: float, multiple_of: int,
-                   normalize: Optional[str], prior: Optional[str] = 'cost'):
+                   normalize: Optional[str], prior: Union[None, str, 'ResourceCost'] = 'cost'):
     """:func:`select_jointly` (channels, hidden units, heads) where some modules' channels lie
     inside their heads (:func:`nested_channels`): a channel of a pruned head computes nothing
     but still costs ``proj``'s reading it, so the heads and the channels are ranked in two
@@ -863,7 +904,8 @@ def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
 
     first = {u: s for u, s in units.items() if not (u[0] == CHANNELS and u[1] in nested)}
     chosen = select_units_to_budget(first, cost.unit_dims(), lambda w: cost.count(tied(w)),
-                                    marginal, budget, multiple_of, tolerance, prior)
+                                    marginal, budget, multiple_of, tolerance,
+                                    prior_count(prior, tied))
     head_keep = {k: chosen[(HEADS, k)] for k in cost.head_dims}
     fixed = {(HEADS, k): len(v) for k, v in head_keep.items()}
     second = {u: s for u, s in units.items() if not _is_heads(u)}
@@ -893,7 +935,7 @@ def select_nested(nested: Dict[str, Tensor], scores, hidden_scores, head_scores,
 
     chosen = select_units_to_budget(second, dims, lambda w: cost.count(widened(w)),
                                     lambda u, w: cost.marginal(u, widened(w)), budget,
-                                    multiple_of, tolerance, prior)
+                                    multiple_of, tolerance, prior_count(prior, widened))
     keep = {n: chosen[(CHANNELS, n)] for n in cost.dims}
     for n, is_dead in dead.items():
         live = sorted(protected[n] + [rest[n][i] for i in keep[n]
@@ -907,7 +949,7 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
                   multiple_of: int = 1, hidden_scores: Optional[Dict[str, Tensor]] = None,
                   normalize: Optional[str] = None,
                   head_scores: Optional[Dict[str, Tensor]] = None,
-                  prior: Optional[str] = 'cost', **meta) -> SubnetSpec:
+                  prior: Union[None, str, 'ResourceCost'] = 'cost', **meta) -> SubnetSpec:
     """The subnet of ``model`` (a supernet) at ``target`` (a ratio of the baseline's count).
 
     Channels (``scores``) and, with hidden-unit selection, hidden units (``hidden_scores``;
@@ -960,7 +1002,7 @@ def budget_subnet(model: nn.Module, family: str, arch: str, variant: str,
         meta['budget']['ranked'] += ' and heads'
     if normalize:
         meta['budget']['normalize'] = normalize
-    meta['budget']['prior'] = prior
+    meta['budget']['prior'] = prior_name(prior)
     if cost.measure() is not None and cost.meta:
         # what a measured cost was made from (a latency table: device, threads, batch, file)
         meta['budget']['cost'] = {k: v for k, v in cost.meta.items()

@@ -73,6 +73,29 @@ def test_the_cost_prior_weighs_a_unit_by_its_cost_per_element():
         select_to_budget(scores, c, 260., prior='flops')
 
 
+def test_another_resource_as_the_prior_weighs_by_its_prices():
+    """A prior of another, exact resource (a latency budget's units weighed by the FLOPs an
+    element does, ``--prior flops``): the scores are weighed by that resource's prices while
+    the budget is still the budget's cost; the budget's own cost as the prior is the default;
+    ``build_prior`` names it, and a name that is no counted resource is one line."""
+    from mmdcs.selection.budget import build_prior, prior_name
+    c = _cost()  # the budget: a 10 per element, b 40
+    scores = dict(a=torch.tensor([.9, .8, .7, .6, .5, .4, .3, .2]),
+                  b=torch.tensor([.95, .75, .55, .35]))
+    assert select_to_budget(scores, c, 260., prior=_cost()) == select_to_budget(scores, c, 260.)
+    # a's elements worth 4x b's: b loses .35 and .55 (its score per unit of worth per unit of
+    # time is a quarter of a's), a is untouched; with the budget's prices a lost four
+    worth = LinearCost('flops', baseline=400., const=100., coef=dict(a=40., b=10.),
+                       dims=dict(a=8, b=4))
+    keep = select_to_budget(scores, c, 260., prior=worth)
+    assert keep['a'] == list(range(8)) and keep['b'] == [0, 1]
+    assert prior_name(worth) == 'flops' and prior_name('cost') == 'cost' and \
+        prior_name(None) is None
+    assert build_prior('none', None) is None and build_prior('cost', None) == 'cost'
+    with pytest.raises(BudgetError, match="prior 'latency': one of cost, none"):
+        build_prior('latency', None)
+
+
 def test_greedy_in_groups_of_multiple_of():
     c = _cost()
     scores = dict(a=torch.rand(8), b=torch.rand(4))

@@ -143,3 +143,18 @@ def test_variant_is_the_supernets(synthetic, tmp_path, capsys):
                          capsys, cwd=None)
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and '--variant' in lines[0], err
+
+
+def test_prior(synthetic, tmp_path, capsys):
+    """--prior flops weighs the units by the FLOPs an element does (recorded in the subnet);
+    a prior that is no counted resource is one line before anything is timed; --prior goes
+    with --target-latency."""
+    (row, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7', '--prior', 'flops'])
+    assert row['spec']['meta']['budget']['prior'] == 'flops'
+    assert abs(row['predicted_ratio'] - 0.7) <= 0.01
+    for argv, match in ((['--target-latency', '0.7', '--prior', 'latency'],
+                         "prior 'latency': one of cost, none"),
+                        (['--prior', 'flops'], '--prior goes with --target-latency')):
+        code, err = run_main(TOOL, ARGS + argv, capsys, cwd=None)
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and match in lines[0], err

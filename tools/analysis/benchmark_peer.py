@@ -75,6 +75,10 @@ def parse_args(argv=None):
                         'latency ratio (hidden units only: bisected over measurements)')
     p.add_argument('--refine', type=non_negative_int, default=0, metavar='N',
                    help="mmdcs's measured corrections (as tools/export_subnet.py --refine)")
+    p.add_argument('--prior', default='cost', metavar='NAME',
+                   help="how mmdcs's ranking weighs the units: cost (by their average time per "
+                   'element, the default), flops (by the FLOPs an element does), params, or '
+                   'none (as tools/analysis/latency.py --prior)')
     p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
     p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--seed', type=seed, default=0)
@@ -102,7 +106,8 @@ def run(args):
         peers=args.peers,
         round_to=args.round_to, tol=args.tol, repeats=args.repeats, warmup=args.warmup,
         seed=args.seed, batch=args.batch, runtime=args.runtime, runtimes=args.also_runtimes,
-        match=args.match, refine=args.refine, progress=lambda line: print(line, flush=True))
+        match=args.match, refine=args.refine, prior=args.prior,
+        progress=lambda line: print(line, flush=True))
     rows = [r for res in results for r in res['rows']]
     text = format_peer_benchmark(rows)
     skipped = [f'{res["rows"][0]["model"]}: Torch-Pruning {k}: {v}'

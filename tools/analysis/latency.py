@@ -116,6 +116,10 @@ def parse_args(argv=None):
                    'table\'s subnet as it is)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
                    help='with --target-latency: the dtype of the table and the timing')
+    p.add_argument('--prior', default='cost', metavar='NAME',
+                   help='with --target-latency: how the ranking weighs the units: cost (by '
+                   'their average time per element, the default), flops (by the FLOPs an '
+                   'element does), params, or none (docs/budgets.md)')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
                    help='with --target-flops or --target-latency: also prune every MLP\'s '
                    'hidden units; "all": '
@@ -203,6 +207,8 @@ def parse_args(argv=None):
             p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
     elif args.tables or args.dtype != 'fp32' or args.validate or args.refine:
         p.error('--tables, --dtype, --validate and --refine go with --target-latency')
+    elif args.prior != 'cost':
+        p.error('--prior goes with --target-latency')
     if args.select_hidden and args.target_flops is None and args.target_latency is None:
         p.error('--select-hidden goes with --target-flops or --target-latency')
     if args.hidden_only and args.target_flops is None:
@@ -288,7 +294,8 @@ def run_latency_target(args):
             select_hidden=args.select_hidden, select_heads=args.select_heads,
             multiple_of=args.multiple_of, repeats=args.repeats, warmup=args.warmup, seed=args.seed,
             validate=args.validate, refine=args.refine, runtime=args.runtime,
-            variant=args.variant, progress=lambda line: print(line, flush=True))
+            variant=args.variant, prior=args.prior,
+            progress=lambda line: print(line, flush=True))
     text = format_latency_target(rows)
     text += ('\n\n' + environment_note() + f' Target latency {args.target_latency:g}; predicted: '
              'the latency table\'s; measured: the subnet (magnitude ranking of a '
