@@ -30,7 +30,7 @@ from mmdcs.analysis.target import Candidate, Met, TargetMissed, meet_target
 from mmdcs.selection import (architecture_state_keys, file_sha256, in_search_state,
                              prunable_modules, search_state_keys)
 from mmdcs.selection.budget import (REFINE_TOLERANCE, BudgetError, Measure, build_cost,
-                                    counted_resources, resource_options)
+                                    build_prior, counted_resources, resource_options)
 from mmdcs.selection.importance import Ranking, get_scorer, scorer_names
 from .launch import UserError
 from .loading import dataset_batches
@@ -275,7 +275,7 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
                   scorer_options: Optional[dict] = None, refine: int = 0,
                   refine_tolerance: float = REFINE_TOLERANCE,
                   latency_tolerance: Union[None, float, str] = 'resource',
-                  runtime: Optional[str] = None) -> ExportResult:
+                  runtime: Optional[str] = None, prior: Optional[str] = 'cost') -> ExportResult:
     """Export the subnet of ``checkpoint`` (a supernet's, or a baseline's for a scorer that
     reads one) to ``out_dir``; with a target, :func:`mmdcs.analysis.target.meet_target` meets
     it (rank, build, check or measure, correct, refuse).
@@ -316,6 +316,9 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
             latency); None: exported whatever was measured.
         runtime: the runtime of the measurement (``'torch'``, ``'onnxruntime'``; default: the
             latency table's, else PyTorch); a table of another runtime is refused in one line.
+        prior: how the ranking weighs the units (:func:`~mmdcs.selection.budget.build_prior`:
+            ``'cost'``, the budget's own cost per element; ``'flops'``, the FLOPs an element
+            does; ``'params'``; ``'none'``).
     """
     _check_arguments(method, fmt, multiple_of)
     scorer = get_scorer(method)
@@ -351,11 +354,12 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
     if scorer.needs_data:
         ctx['batches'] = batches(src.cfg, src.model, src.scope) if callable(batches) else batches
     ranking = Ranking(src.backbone, method, **ctx)
+    weigh = build_prior(prior, src.backbone, src.shape)
     m = multiple_of or budget_cost.multiple_of
     meta = export_meta(config, checkpoint, src.sha)
     try:
         met = meet_target(
-            budget_cost, ratio, lambda r: ranking.at(budget_cost, r, m, **meta), src.build,
+            budget_cost, ratio, lambda r: ranking.at(budget_cost, r, m, weigh, **meta), src.build,
             measure=how, baseline=how and baseline_backbone(src.cfg, src.scope,
                                                             m_options.get('seed', 0)),
             size=src.shape, seed=m_options.get('seed', 0), refine=refine,

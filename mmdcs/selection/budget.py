@@ -575,8 +575,8 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
     the count is within the budget. (Until 2026-11-27 a group's *mean* score was divided by its
     whole cost, which favoured removing large groups: with ``multiple_of=8`` a group of 8
     channels looked 8× cheaper per score than a head, removed one at a time.) Then the removed
-    groups are added back, best score per unit of marginal cost first, while they fit (a group that does not fit is skipped, a cheaper one
-    may still fit). A group whose removal saves nothing (a measured step: a block's first
+    groups are added back, best score per unit of marginal cost first, while they fit (a group
+    that does not fit is skipped, a cheaper one may still fit). A group whose removal saves nothing (a measured step: a block's first
     channels bring in a gather) is never removed on its own: where it blocks a unit, the fewest
     groups that together save time are one move, taken after every single group, by score per
     unit of the cost it saves. Near the end, a group whose removal would leave the count more than

@@ -324,17 +324,21 @@ class Ranking:
         heads = self.scorer.heads(backbone) if self.scorer.heads is not None else None
         self.head_scores = heads or None
 
-    def at(self, cost: ResourceCost, ratio: float, multiple_of: int = 1, **meta) -> SubnetSpec:
+    def at(self, cost: ResourceCost, ratio: float, multiple_of: int = 1, prior='cost',
+           **meta) -> SubnetSpec:
         """The subnet at ``ratio`` of ``cost``'s baseline: channels, hidden units and (with
         head scores) heads ranked jointly per unit of marginal cost
-        (:func:`~mmdcs.selection.budget.budget_subnet`), or at the widths the scorer fixes
-        (:func:`widths_subnet`). :class:`BudgetError` (one line) when it cannot be met."""
+        (:func:`~mmdcs.selection.budget.budget_subnet`; ``prior``: how the units are weighed,
+        :func:`~mmdcs.selection.budget.build_prior`), or at the widths the scorer fixes
+        (:func:`widths_subnet`, no prior). :class:`BudgetError` (one line) when it cannot be
+        met."""
         b = self.backbone
         if self.scorer.widths is None:
             return budget_subnet(b, b.family, b.arch, b.variant, self.scores, cost, ratio,
                                  multiple_of, hidden_scores=self.hidden_scores,
                                  normalize=self.scorer.normalize,
-                                 head_scores=self.head_scores, method=self.method, **meta)
+                                 head_scores=self.head_scores, method=self.method,
+                                 prior=prior, **meta)
         budget = cost.check_target(ratio, f'--target-{cost.resource}', multiple_of)
         kept, hidden_kept = self.scorer.widths(cost, budget, multiple_of, **self.ctx)
         spec = widths_subnet(b, b.family, b.arch, b.variant, cost, ratio, kept, hidden_kept,

@@ -112,6 +112,15 @@ def test_magnitude_meets_a_latency_budget_too(setup, tmp_path):
     with open(osp.join(out, 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
     assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01) and b['normalize'] == 'mean'
+    assert b['prior'] == 'cost'
+    # --prior flops: the units weighed by the FLOPs an element does, recorded
+    load_tool('tools/export_subnet.py').main(
+        [setup['baseline']['config'], setup['baseline']['ckpt'], '--out', out + '2', '--method',
+         'magnitude', '--target-latency', '0.7', '--latency-table', table, '--no-measure',
+         '--prior', 'flops', '--cfg-options', 'model.backbone.select_hidden=True'])
+    with open(osp.join(out + '2', 'subnet.json')) as f:
+        b = json.load(f)['meta']['budget']
+    assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01) and b['prior'] == 'flops'
 
 
 def test_the_measurement_is_recorded_beside_the_prediction(setup, tmp_path):
@@ -156,6 +165,9 @@ def test_bad_latency_input_is_one_line_and_nothing_written(setup, tmp_path, caps
     table = setup['table']
     assert '--latency-table' in _bad(setup, tmp_path, capsys, ['--target-latency', '0.7'])
     assert '--target-latency' in _bad(setup, tmp_path, capsys, ['--latency-table', table])
+    assert "prior 'latency': one of cost, none" in _bad(
+        setup, tmp_path, capsys, ['--target-latency', '0.7', '--latency-table', table,
+                                  '--prior', 'latency', '--no-measure'])
     for target in ('0', '1', '1.5', '-0.2'):
         line = _bad(setup, tmp_path, capsys, ['--target-latency', target, '--latency-table',
                                               table])
