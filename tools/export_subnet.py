@@ -121,11 +121,12 @@ def parse_args(argv=None):
                         help='with --target-latency, measured: refuse (exit 2, nothing written) a '
                         'subnet measured more than T from the target (default %(default)s; '
                         '1 accepts any)')
-    parser.add_argument('--prior', default='cost', metavar='NAME',
+    parser.add_argument('--prior', default=None, metavar='NAME',
                         help='with a target: how the ranking weighs the units: cost (by the '
-                        'budget\'s own average cost per element, the default), flops (by the '
-                        'FLOPs an element does: for a latency target, the time it takes per FLOP '
-                        'decides), params, or none (docs/budgets.md)')
+                        'budget\'s own average cost per element), flops (by the FLOPs an '
+                        'element does: for a latency target, the time it takes per FLOP '
+                        'decides), params, or none; default: flops for a latency target, cost '
+                        'otherwise (docs/budgets.md)')
     parser.add_argument('--threads', type=thread_count, default=None, metavar='N',
                         help='CPU threads of the measurement (default: the latency table\'s, '
                         'else 1)')
@@ -177,7 +178,7 @@ def export(args):
         batches=train_batches(getattr(args, 'taylor_batches', 4), seed=scorer_options['seed']),
         scorer_options=scorer_options, refine=getattr(args, 'refine', LATENCY_REFINE),
         latency_tolerance=_or_resource(getattr(args, 'latency_tolerance', None)),
-        runtime=getattr(args, 'runtime', None), prior=getattr(args, 'prior', 'cost'))
+        runtime=getattr(args, 'runtime', None), prior=getattr(args, 'prior', None))
     for line in result.lines:
         print(line)
     for line in result.warnings:

@@ -21,7 +21,8 @@ from typing import Callable, Optional, Sequence, Union
 import torch
 
 from mmdcs.selection import SubnetSpec
-from mmdcs.selection.budget import LATENCY_TOLERANCE, REFINE_TOLERANCE, Measure, build_prior
+from mmdcs.selection.budget import (LATENCY_TOLERANCE, REFINE_TOLERANCE, Measure, build_prior,
+                                    check_prior_name)
 from mmdcs.selection.importance import Ranking
 from mmdcs.selection.latency_cost import LatencyCost
 from .complexity import (PAPER_VARIANT, backbone_class, build_backbone, count_flops,
@@ -68,19 +69,19 @@ def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
                    table_rounds: int = 5, table_meter: Optional[Callable] = None,
                    seed: int = 0, progress: Optional[Callable[[str], None]] = None,
                    on_table: Optional[Callable[[dict], None]] = None,
-                   select_heads: bool = False, runtime=None, prior: Optional[str] = 'cost'):
+                   select_heads: bool = False, runtime=None, prior: Optional[str] = None):
     """A paper model's latency budget on this device, before any target: the supernet, its
     table (built here unless given, in ``runtime``: default PyTorch eager) and the scorer's
     scores, made once; ``prior``: how the ranking weighs the units
-    (:func:`~mmdcs.selection.budget.build_prior`: ``'cost'``, None, or ``'flops'``: an
-    element is worth the FLOPs it does). Returns ``(at, table, built, supernet, baseline,
+    (:func:`~mmdcs.selection.budget.build_prior`: None, the latency cost's, ``'flops'``: an
+    element is worth the FLOPs it does; ``'cost'``; ``'none'``). Returns ``(at, table, built, supernet, baseline,
     (H, W), variant, cost)``: ``at(ratio)`` is the budget subnet the table predicts at ``ratio``
     (:meth:`~mmdcs.selection.importance.Ranking.at`; ``BudgetError`` outside the table's floor
     and ceiling), ``built`` whether the table was measured here. Arguments: those of
     :func:`latency_target_row`."""
     sup, base, size, variant = supernet_pair(arch, variant, input_size, select_hidden, seed,
                                              select_heads)
-    weigh = build_prior(prior, sup, size)  # a prior not known: refused before any timing
+    check_prior_name(prior)  # a prior not known: refused before any timing
     built = table is None
     if built:
         table = build_table(sup, base, size, batch, threads, dtype, device, table_rounds,
@@ -90,6 +91,7 @@ def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
             on_table(table)
     cost = LatencyCost.from_table(table, sup, size)
     ranking = Ranking(sup, method, model=sup)
+    weigh = build_prior(prior, sup, size, cost)
 
     def at(ratio: float):
         return ranking.at(cost, ratio, multiple_of, prior=weigh)
@@ -121,7 +123,7 @@ def latency_target_row(arch: str, target: float, batch: int = 1, threads: Option
                        select_heads: bool = False, validate: int = 0,
                        validate_rounds: int = 15, validate_meter: Optional[Callable] = None,
                        refine: int = 0, refine_tolerance: float = REFINE_TOLERANCE,
-                       runtime=None, prior: Optional[str] = 'cost') -> dict:
+                       runtime=None, prior: Optional[str] = None) -> dict:
     """One paper model at a latency target on this device.
 
     Args:

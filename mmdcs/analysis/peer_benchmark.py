@@ -364,7 +364,7 @@ def peer_benchmark(arch: str, target: float = 0.7, *, table: Optional[dict] = No
                    table_meter: Optional[Callable] = None, meter: Optional[Callable] = None,
                    progress: Optional[Callable[[str], None]] = None,
                    on_table: Optional[Callable[[dict], None]] = None,
-                   prior: Optional[str] = 'cost') -> dict:
+                   prior: Optional[str] = None) -> dict:
     """mmdcs at a latency target beside Torch-Pruning, one model, CPU.
 
     Args:
@@ -562,9 +562,9 @@ def _ours(arch, target, kw: dict, runtime, measured: bool, timing: dict) -> dict
     base_flops = count_flops(base, size)
     flops = count_flops(pruned, size) / base_flops
     predicted = float(spec.meta['budget']['achieved_ratio'])
-    prior = spec.meta['budget'].get('prior', 'cost')
-    what = f'latency target {target:g}' + ('' if prior == 'cost' else f', prior {prior or "none"}')
-    meta = dict(method=f'mmdcs {variant} + hidden ({what})', name='mmdcs',
+    prior = spec.meta['budget'].get('prior', 'cost') or 'none'
+    meta = dict(method=f'mmdcs {variant} + hidden (latency target {target:g}, prior {prior})',
+                name='mmdcs',
                 base='mmdcs baseline', flops_ratio=flops,
                 params_ratio=count_params(pruned) / count_params(base),
                 predicted_ratio=predicted, measured_ratio=measured_ratio, pruning_ratio=None,

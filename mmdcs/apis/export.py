@@ -275,7 +275,7 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
                   scorer_options: Optional[dict] = None, refine: int = 0,
                   refine_tolerance: float = REFINE_TOLERANCE,
                   latency_tolerance: Union[None, float, str] = 'resource',
-                  runtime: Optional[str] = None, prior: Optional[str] = 'cost') -> ExportResult:
+                  runtime: Optional[str] = None, prior: Optional[str] = None) -> ExportResult:
     """Export the subnet of ``checkpoint`` (a supernet's, or a baseline's for a scorer that
     reads one) to ``out_dir``; with a target, :func:`mmdcs.analysis.target.meet_target` meets
     it (rank, build, check or measure, correct, refuse).
@@ -316,9 +316,10 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
             latency); None: exported whatever was measured.
         runtime: the runtime of the measurement (``'torch'``, ``'onnxruntime'``; default: the
             latency table's, else PyTorch); a table of another runtime is refused in one line.
-        prior: how the ranking weighs the units (:func:`~mmdcs.selection.budget.build_prior`:
+        prior: how the ranking weighs the units (:func:`~mmdcs.selection.budget.build_prior`):
             ``'cost'``, the budget's own cost per element; ``'flops'``, the FLOPs an element
-            does; ``'params'``; ``'none'``).
+            does; ``'params'``; ``'none'``; None: the budget's (``'flops'`` for latency,
+            ``'cost'`` for an exact count).
     """
     _check_arguments(method, fmt, multiple_of)
     scorer = get_scorer(method)
@@ -354,7 +355,7 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
     if scorer.needs_data:
         ctx['batches'] = batches(src.cfg, src.model, src.scope) if callable(batches) else batches
     ranking = Ranking(src.backbone, method, **ctx)
-    weigh = build_prior(prior, src.backbone, src.shape)
+    weigh = build_prior(prior, src.backbone, src.shape, budget_cost)
     m = multiple_of or budget_cost.multiple_of
     meta = export_meta(config, checkpoint, src.sha)
     try:

@@ -116,6 +116,10 @@ class ResourceCost(Protocol):
     tolerance: float
     #: the group size of kept widths unless told otherwise (a table's grid step)
     multiple_of: int
+    #: what the ranking weighs the units by unless told (:func:`build_prior`): ``'cost'``, this
+    #: cost's own average per element, or an exact resource's name (a latency budget:
+    #: ``'flops'``, an element is worth the FLOPs it does)
+    prior: str
 
     def at(self, kept: Dict[str, float],
            hidden_kept: Optional[Dict[str, float]] = None,
@@ -245,6 +249,8 @@ class CostBounds:
     tolerance = 0.
     #: widths in groups of 1 unless told otherwise
     multiple_of = 1
+    #: the ranking weighs each unit by this cost's own average per element (:func:`build_prior`)
+    prior = 'cost'
 
     def measure(self, **changes) -> Optional[Measure]:
         """An exact count is not measured: None."""
@@ -517,16 +523,26 @@ def prior_count(prior, widths: Callable = lambda w: w):
     return prior if prior in PRIORS else (lambda w: prior.count(widths(w)))
 
 
-def build_prior(name: Optional[str], model: nn.Module, input_size: Optional[tuple] = None):
-    """The prior called ``name`` (the tools' ``--prior``): ``'cost'`` as it is, None or
-    ``'none'`` as None, a counted resource's name (:func:`counted_resources`: ``'flops'``,
-    ``'params'``) as its exact cost of ``model`` at ``input_size``; :class:`BudgetError` (one
-    line) otherwise."""
-    if name in PRIORS or name == 'none':
-        return None if name == 'none' else name
-    if name not in counted_resources():
+def check_prior_name(name: Optional[str]) -> None:
+    """A prior's name (the tools' ``--prior``) is None, ``'cost'``, ``'none'`` or a counted
+    resource's (:func:`counted_resources`: ``'flops'``, ``'params'``); :class:`BudgetError`
+    (one line) otherwise."""
+    if name not in (None, 'cost', 'none') + counted_resources():
         raise BudgetError(f'prior {name!r}: one of cost, none, '
                           + ', '.join(counted_resources()))
+
+
+def build_prior(name: Optional[str], model: nn.Module, input_size: Optional[tuple] = None,
+                cost: Optional['ResourceCost'] = None):
+    """The prior called ``name`` (the tools' ``--prior``) for a budget of ``cost``: None, that
+    cost's own (:attr:`ResourceCost.prior`; ``'cost'`` without one); ``'cost'`` as it is;
+    ``'none'`` as None (the scores as given); a counted resource's name as its exact cost of
+    ``model`` at ``input_size``. :class:`BudgetError` (one line) for another name."""
+    check_prior_name(name)
+    if name is None:
+        name = getattr(cost, 'prior', 'cost')
+    if name in PRIORS or name == 'none':
+        return None if name == 'none' else name
     return build_cost(name, model, input_size)
 
 

@@ -328,10 +328,14 @@ class LatencyCost(CostBounds):
 
     Args:
         table: a latency table (dict; :func:`read_table` reads and checks a file,
-            :meth:`from_file` builds the cost from one). Its ``baseline_ms`` is the measured baseline network (what a target
-            ratio multiplies), ``const_ms`` the time no width changes.
+            :meth:`from_file` builds the cost from one). Its ``baseline_ms`` is the measured
+            baseline network (what a target ratio multiplies), ``const_ms`` the time no width
+            changes.
     """
     resource = 'latency'
+    #: the ranking weighs each unit by the FLOPs an element does, not by its time: what is
+    #: slow per FLOP goes first (docs/budgets.md, "Which prior for a latency target")
+    prior = 'flops'
 
     def __init__(self, table: dict):
         if not isinstance(table, dict):

@@ -112,15 +112,15 @@ def test_magnitude_meets_a_latency_budget_too(setup, tmp_path):
     with open(osp.join(out, 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
     assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01) and b['normalize'] == 'mean'
-    assert b['prior'] == 'cost'
-    # --prior flops: the units weighed by the FLOPs an element does, recorded
+    assert b['prior'] == 'flops'  # a latency budget's: an element is worth its FLOPs
+    # --prior cost: the units weighed by their time per element, recorded
     load_tool('tools/export_subnet.py').main(
         [setup['baseline']['config'], setup['baseline']['ckpt'], '--out', out + '2', '--method',
          'magnitude', '--target-latency', '0.7', '--latency-table', table, '--no-measure',
-         '--prior', 'flops', '--cfg-options', 'model.backbone.select_hidden=True'])
+         '--prior', 'cost', '--cfg-options', 'model.backbone.select_hidden=True'])
     with open(osp.join(out + '2', 'subnet.json')) as f:
         b = json.load(f)['meta']['budget']
-    assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01) and b['prior'] == 'flops'
+    assert b['achieved_ratio'] == pytest.approx(0.7, abs=0.01) and b['prior'] == 'cost'
 
 
 def test_the_measurement_is_recorded_beside_the_prediction(setup, tmp_path):

@@ -146,12 +146,13 @@ def test_variant_is_the_supernets(synthetic, tmp_path, capsys):
 
 
 def test_prior(synthetic, tmp_path, capsys):
-    """--prior flops weighs the units by the FLOPs an element does (recorded in the subnet);
-    a prior that is no counted resource is one line before anything is timed; --prior goes
-    with --target-latency."""
-    (row, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7', '--prior', 'flops'])
-    assert row['spec']['meta']['budget']['prior'] == 'flops'
-    assert abs(row['predicted_ratio'] - 0.7) <= 0.01
+    """The units are weighed by the FLOPs an element does unless --prior says otherwise
+    (recorded in the subnet); a prior that is no counted resource is one line before anything
+    is timed; --prior goes with --target-latency."""
+    for argv, prior in (([], 'flops'), (['--prior', 'cost'], 'cost'), (['--prior', 'none'], None)):
+        (row, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7'] + argv)
+        assert row['spec']['meta']['budget']['prior'] == prior
+        assert abs(row['predicted_ratio'] - 0.7) <= 0.01
     for argv, match in ((['--target-latency', '0.7', '--prior', 'latency'],
                          "prior 'latency': one of cost, none"),
                         (['--prior', 'flops'], '--prior goes with --target-latency')):

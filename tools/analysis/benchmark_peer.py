@@ -75,9 +75,9 @@ def parse_args(argv=None):
                         'latency ratio (hidden units only: bisected over measurements)')
     p.add_argument('--refine', type=non_negative_int, default=0, metavar='N',
                    help="mmdcs's measured corrections (as tools/export_subnet.py --refine)")
-    p.add_argument('--prior', default='cost', metavar='NAME',
-                   help="how mmdcs's ranking weighs the units: cost (by their average time per "
-                   'element, the default), flops (by the FLOPs an element does), params, or '
+    p.add_argument('--prior', default=None, metavar='NAME',
+                   help="how mmdcs's ranking weighs the units: flops (by the FLOPs an element "
+                   'does, the default), cost (by its average time per element), params, or '
                    'none (as tools/analysis/latency.py --prior)')
     p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
     p.add_argument('--warmup', type=non_negative_int, default=3)

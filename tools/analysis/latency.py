@@ -116,10 +116,10 @@ def parse_args(argv=None):
                    'table\'s subnet as it is)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
                    help='with --target-latency: the dtype of the table and the timing')
-    p.add_argument('--prior', default='cost', metavar='NAME',
-                   help='with --target-latency: how the ranking weighs the units: cost (by '
-                   'their average time per element, the default), flops (by the FLOPs an '
-                   'element does), params, or none (docs/budgets.md)')
+    p.add_argument('--prior', default=None, metavar='NAME',
+                   help='with --target-latency: how the ranking weighs the units: flops (by '
+                   'the FLOPs an element does, the default), cost (by its average time per '
+                   'element), params, or none (docs/budgets.md)')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
                    help='with --target-flops or --target-latency: also prune every MLP\'s '
                    'hidden units; "all": '
@@ -207,7 +207,7 @@ def parse_args(argv=None):
             p.error('--profile, --modules and --theta-fusion do not go with --target-latency')
     elif args.tables or args.dtype != 'fp32' or args.validate or args.refine:
         p.error('--tables, --dtype, --validate and --refine go with --target-latency')
-    elif args.prior != 'cost':
+    elif args.prior is not None:
         p.error('--prior goes with --target-latency')
     if args.select_hidden and args.target_flops is None and args.target_latency is None:
         p.error('--select-hidden goes with --target-flops or --target-latency')
