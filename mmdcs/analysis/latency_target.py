@@ -74,8 +74,9 @@ def latency_budget(arch: str, batch: int = 1, threads: Optional[int] = 1,
     table (built here unless given, in ``runtime``: default PyTorch eager) and the scorer's
     scores, made once; ``prior``: how the ranking weighs the units
     (:func:`~mmdcs.selection.budget.build_prior`: None, the latency cost's, ``'flops'``: an
-    element is worth the FLOPs it does; ``'cost'``; ``'none'``). Returns ``(at, table, built, supernet, baseline,
-    (H, W), variant, cost)``: ``at(ratio)`` is the budget subnet the table predicts at ``ratio``
+    element is worth the FLOPs it does; ``'cost'``; ``'none'``). Returns ``(at, table, built,
+    supernet, baseline, (H, W), variant, cost)``: ``at(ratio)`` is the budget subnet the table
+    predicts at ``ratio``
     (:meth:`~mmdcs.selection.importance.Ranking.at`; ``BudgetError`` outside the table's floor
     and ceiling), ``built`` whether the table was measured here. Arguments: those of
     :func:`latency_target_row`."""

@@ -116,10 +116,9 @@ class ResourceCost(Protocol):
     tolerance: float
     #: the group size of kept widths unless told otherwise (a table's grid step)
     multiple_of: int
-    #: what the ranking weighs the units by unless told (:func:`build_prior`): ``'cost'``, this
-    #: cost's own average per element, or an exact resource's name (a latency budget:
-    #: ``'flops'``, an element is worth the FLOPs it does)
-    prior: str
+    # optional: ``prior``, what the ranking weighs the units by unless told (:func:`build_prior`):
+    # ``'cost'`` (this cost's own average per element; also where a cost has none) or an exact
+    # resource's name (a latency budget: ``'flops'``, an element is worth the FLOPs it does)
 
     def at(self, kept: Dict[str, float],
            hidden_kept: Optional[Dict[str, float]] = None,
@@ -517,8 +516,8 @@ def check_prior(prior):
 
 def prior_count(prior, widths: Callable = lambda w: w):
     """What :func:`select_units_to_budget` takes for ``prior``: ``'cost'`` or None as they
-    are, a resource cost as its count (at ``widths(w)``, the widths a caller maps its units'
-    to)."""
+    are, a resource cost as its count at ``widths(w)`` (a caller's widths mapped to the
+    cost's units, e.g. nested channels tied to their heads)."""
     check_prior(prior)
     return prior if prior in PRIORS else (lambda w: prior.count(widths(w)))
 
@@ -540,7 +539,7 @@ def build_prior(name: Optional[str], model: nn.Module, input_size: Optional[tupl
     ``model`` at ``input_size``. :class:`BudgetError` (one line) for another name."""
     check_prior_name(name)
     if name is None:
-        name = getattr(cost, 'prior', 'cost')
+        name = getattr(cost, 'prior', 'cost')  # optional in the interface: 'cost' by default
     if name in PRIORS or name == 'none':
         return None if name == 'none' else name
     return build_cost(name, model, input_size)
@@ -592,8 +591,9 @@ def select_units_to_budget(scores: Dict[Hashable, Tensor], dims: Dict[Hashable, 
     whole cost, which favoured removing large groups: with ``multiple_of=8`` a group of 8
     channels looked 8× cheaper per score than a head, removed one at a time.) Then the removed
     groups are added back, best score per unit of marginal cost first, while they fit (a group
-    that does not fit is skipped, a cheaper one may still fit). A group whose removal saves nothing (a measured step: a block's first
-    channels bring in a gather) is never removed on its own: where it blocks a unit, the fewest
+    that does not fit is skipped, a cheaper one may still fit). A group whose removal saves
+    nothing (a measured step: a block's first channels bring in a gather) is never removed on
+    its own: where it blocks a unit, the fewest
     groups that together save time are one move, taken after every single group, by score per
     unit of the cost it saves. Near the end, a group whose removal would leave the count more than
     ``tolerance`` below the budget (a coarse, expensive one) gives way to the best group that

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from mmdcs.checks import check_number
 
-from .budget import (CHANNELS, HEADS, HIDDEN, ResourceCost, select_nested,
+from .budget import (CHANNELS, HEADS, HIDDEN, ResourceCost, prior_count, select_nested,
                      select_units_to_budget)
 
 
@@ -91,7 +91,8 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
     against each other as the widths shrink) is dropped until the count is at most ``budget``;
     every block keeps at least one channel and every hidden-selected module one hidden unit
     (near the budget, a removal that would end more than 0.1 % of the baseline below it gives
-    way to a finer one); the dropped elements that still fit are then taken back, best score per unit of cost first.
+    way to a finer one); the dropped elements that still fit are then taken back, best score
+    per unit of cost first.
     Ties go by the units' order, then index, so the result is deterministic (identical on every
     DDP rank).
 
@@ -108,8 +109,8 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
             heads are ranked with their channels first (:func:`~mmdcs.selection.budget.
             select_nested`), so no kept channel belongs to a pruned head.
         prior: how the units are weighed against each other (``'cost'``: each unit's scores
-            by its average cost per element; :func:`~mmdcs.selection.budget.
-            select_units_to_budget`).
+            by its average cost per element; None; or an exact cost over the same units, e.g.
+            the FLOPs of a latency budget's: :func:`~mmdcs.selection.budget.build_prior`).
 
     Returns:
         (block name → kept channel indices, path → kept hidden indices, the count).
@@ -135,7 +136,8 @@ def rank_to_budget(cost, scores: Dict[str, Tensor], budget: float,
     # as the export: a last removal may end up to 0.1 % of the baseline below the budget before
     # the greedy looks for a finer one
     keep = select_units_to_budget(units, dims, count, marginal, budget,
-                                  tolerance=1e-3 * abs(float(cost.baseline)), prior=prior)
+                                  tolerance=1e-3 * abs(float(cost.baseline)),
+                                  prior=prior_count(prior))
     widths = {u: len(k) for u, k in keep.items()}
     keep_c = {n: torch.as_tensor(keep[(CHANNELS, n)], dtype=torch.long) for n in scores}
     keep_h = {k: torch.as_tensor(keep[(HIDDEN, k)], dtype=torch.long)
@@ -150,7 +152,8 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
                       hidden_selectors: Optional[Dict[str, torch.nn.Module]] = None,
                       margin: float = 1e-3,
                       head_selectors: Optional[Dict[str, torch.nn.Module]] = None,
-                      nested: Optional[Dict[str, torch.Tensor]] = None) -> dict:
+                      nested: Optional[Dict[str, torch.Tensor]] = None,
+                      prior='cost') -> dict:
     """End a search on the budget: rank by σ(α) (:func:`rank_to_budget`) and move α so that
     the deployed set {α > 0} is the ranked one. Only the α whose side of 0 changes move: a kept
     one to ``max(α, margin)``, a dropped one to ``min(α, -margin)``; the order of the α within
@@ -165,6 +168,8 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
         head_selectors: attention path → head selector (``select_heads``): the heads are
             ranked with the channels and hidden units, by σ(α) per unit of marginal cost.
         nested: channels inside heads (:func:`rank_to_budget`).
+        prior: how the units are weighed (:func:`rank_to_budget`; the export's:
+            :func:`~mmdcs.selection.budget.build_prior`).
 
     Returns:
         dict(before=the count of {α > 0} before, after=the count after, flipped=number of α
@@ -188,7 +193,7 @@ def project_to_budget(cost, selectors: Dict[str, torch.nn.Module], budget: float
     keep_c, keep_h, _ = rank_to_budget(
         cost, {n: torch.sigmoid(s.alpha.double()) for n, s in selectors.items()}, budget,
         {k: torch.sigmoid(s.alpha.double()) for k, s in hidden_selectors.items()},
-        {k: torch.sigmoid(s.alpha.double()) for k, s in head_selectors.items()}, nested)
+        {k: torch.sigmoid(s.alpha.double()) for k, s in head_selectors.items()}, nested, prior)
     keep_a = {k: keep_c.pop((HEADS, k)) for k in head_selectors}
     flipped = 0
     for table, keep in ((selectors, keep_c), (hidden_selectors, keep_h),

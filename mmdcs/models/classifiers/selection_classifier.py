@@ -27,7 +27,7 @@ from mmdcs.regularizers import REGULARIZERS, Regularizer, build_regularizer
 from mmdcs.selection import (COST_MODES, EXPECTATIONS, arch_parameters, head_selectors,
                              hidden_selectors,
                              prunable_modules)
-from mmdcs.selection.budget import (BudgetError, build_cost, counted_resources,
+from mmdcs.selection.budget import (BudgetError, build_cost, build_prior, counted_resources,
                                     nested_channels, resource_names, resource_options)
 from mmdcs.selection.budget_search import project_to_budget, scheduled_ratio
 from mmdcs.utils.scope import build_model_part, cls_data_preprocessor
@@ -141,8 +141,9 @@ class ChannelSelectionClassifier(ImageClassifier):
                                            cost.get('entropy_weight', 0.), allow_zero=True)
         if not arch_parameters(self.backbone):
             raise ValueError(
-                f'a search (cost=...) needs architecture parameters, but the backbone '
-                f'{type(self.backbone).__name__}(variant={getattr(self.backbone, "variant", "?")!r})'
+                'a search (cost=...) needs architecture parameters, but the backbone '
+                f'{type(self.backbone).__name__}'
+                f'(variant={getattr(self.backbone, "variant", "?")!r})'
                 ' has none: use a DCS or KCR supernet (variant dcs/kcr, no subnet)')
         self._cost_model = self.backbone.cost_model(cost['mode'], expectation=cost['expectation'],
                                                     with_theta=True)
@@ -205,6 +206,8 @@ class ChannelSelectionClassifier(ImageClassifier):
                               'select_heads do)')
         budget = linear.check_target(target[resource], f'cost.target.{resource}')
         self._budget = linear
+        # the projection ranks as the export does (a latency budget: by the FLOPs an element does)
+        self._prior = build_prior(None, self, size, linear)
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
         self.register_buffer('cost_mu', torch.zeros(()), persistent=True)
         self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
@@ -281,7 +284,8 @@ class ChannelSelectionClassifier(ImageClassifier):
         """The budget as a constraint on the expected count by a Lagrange multiplier μ
         (method of multipliers, docs/budgets.md). With v = (E[count] − budget) / (ceiling −
         floor) (E[D̃] = Σ σ(α): the count of the stochastic supernet the weights are trained
-        with, smooth in α; the violation in units of the range the selection spans) the loss is ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). While the
+        with, smooth in α; the violation in units of the range the selection spans) the loss
+        is ``μ·v + (c/2)·v²``, then μ ← μ + ρ·v (once per architecture step). While the
         target is still being lowered (the first ``ramp`` of the search) the constraint is
         E[count] ≤ budget: μ ← max(0, μ + ρ·v) and the quadratic term only above the budget;
         then it is the equality the user asked for. The deployed network ({α > 0}) is put on the
@@ -328,7 +332,8 @@ class ChannelSelectionClassifier(ImageClassifier):
         rep = project_to_budget(self._budget, self._selectors, t['budget'],
                                 self._hidden_selectors,
                                 head_selectors=self._head_selectors or None,
-                                nested=nested_channels(self.backbone, self._head_selectors))
+                                nested=nested_channels(self.backbone, self._head_selectors),
+                                prior=self._prior)
         base = self._budget.baseline
         return dict(rep, target=t['ratio'], before_ratio=rep['before'] / base,
                     after_ratio=rep['after'] / base)
