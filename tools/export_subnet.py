@@ -51,9 +51,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_trust_flag,
-                               non_negative_float, non_negative_int, positive_int, positive_size,
-                               run_program, seed, set_checkpoint_trust, thread_count, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_prior_argument,
+                               add_trust_flag, non_negative_float, non_negative_int, positive_int,
+                               positive_size, run_program, seed, set_checkpoint_trust, thread_count, user_errors)
 from mmdcs.apis.outputs import add_force_argument
 import mmdcs.models.counting  # noqa: F401  (registers the budget resources)
 from mmdcs.selection.budget import (LATENCY_REFINE, LATENCY_TOLERANCE, resource_help,
@@ -121,12 +121,7 @@ def parse_args(argv=None):
                         help='with --target-latency, measured: refuse (exit 2, nothing written) a '
                         'subnet measured more than T from the target (default %(default)s; '
                         '1 accepts any)')
-    parser.add_argument('--prior', default=None, metavar='NAME',
-                        help='with a target: how the ranking weighs the units: cost (by the '
-                        'budget\'s own average cost per element), flops (by the FLOPs an '
-                        'element does: for a latency target, the time it takes per FLOP '
-                        'decides), params, or none; default: flops for a latency target, cost '
-                        'otherwise (docs/budgets.md)')
+    add_prior_argument(parser)
     parser.add_argument('--threads', type=thread_count, default=None, metavar='N',
                         help='CPU threads of the measurement (default: the latency table\'s, '
                         'else 1)')

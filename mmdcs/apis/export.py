@@ -30,7 +30,8 @@ from mmdcs.analysis.target import Candidate, Met, TargetMissed, meet_target
 from mmdcs.selection import (architecture_state_keys, file_sha256, in_search_state,
                              prunable_modules, search_state_keys)
 from mmdcs.selection.budget import (REFINE_TOLERANCE, BudgetError, Measure, build_cost,
-                                    build_prior, counted_resources, resource_options)
+                                    build_prior, check_prior_name, counted_resources,
+                                    resource_names, resource_options)
 from mmdcs.selection.importance import Ranking, get_scorer, scorer_names
 from .launch import UserError
 from .loading import dataset_batches
@@ -328,6 +329,10 @@ def export_subnet(config: str, checkpoint: str, out_dir: str, *, method: str = '
     check_output_dir(out_dir, '--out')
     refuse_overwrite((subnet_path, ckpt_path), force)
     resource, ratio = _target(target, method)
+    check_prior_name(prior)  # before the checkpoint is read or a channel scored
+    if prior is not None and resource is None:
+        raise UserError('--prior weighs the ranking of a target: give --target-'
+                        + ' R or --target-'.join(resource_names()) + ' R')
     if scorer.needs_data and resource is not None and batches is None:
         raise UserError(f'--method {method} needs data batches to score the channels')
     src = _load(config, checkpoint, cfg_options, shape_arg(shape), scorer)

@@ -146,6 +146,16 @@ def add_cfg_options(parser) -> None:
                         'train_cfg.max_epochs=2)')
 
 
+def add_prior_argument(parser, when: str = 'with a target') -> None:
+    """``--prior NAME``: how the export's ranking weighs the units
+    (:func:`~mmdcs.selection.budget.build_prior`; default None: the budget's own)."""
+    parser.add_argument('--prior', default=None, metavar='NAME',
+                        help=f'{when}: how the ranking weighs the units: flops (by the FLOPs an '
+                        'element does), cost (by the budget\'s own average cost per element), '
+                        'params, or none; default: flops for a latency target, cost for an '
+                        'exact one (docs/budgets.md)')
+
+
 #: the configs of this repository (when it is a checkout)
 REPO_CONFIGS = osp.join(osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))), 'configs')
 

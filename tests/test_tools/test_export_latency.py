@@ -165,6 +165,8 @@ def test_bad_latency_input_is_one_line_and_nothing_written(setup, tmp_path, caps
     table = setup['table']
     assert '--latency-table' in _bad(setup, tmp_path, capsys, ['--target-latency', '0.7'])
     assert '--target-latency' in _bad(setup, tmp_path, capsys, ['--latency-table', table])
+    assert '--prior weighs the ranking of a target' in _bad(setup, tmp_path, capsys,
+                                                            ['--prior', 'flops'])
     assert "prior 'latency': one of cost, none" in _bad(
         setup, tmp_path, capsys, ['--target-latency', '0.7', '--latency-table', table,
                                   '--prior', 'latency', '--no-measure'])

@@ -31,8 +31,9 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ToolParser, non_negative_int, positive_int, positive_size,
-                               run_program, seed, thread_count, unit_ratio, user_errors)
+from mmdcs.apis.launch import (ToolParser, add_prior_argument, non_negative_int, positive_int,
+                               positive_size, run_program, seed, thread_count, unit_ratio,
+                               user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 
@@ -75,10 +76,7 @@ def parse_args(argv=None):
                         'latency ratio (hidden units only: bisected over measurements)')
     p.add_argument('--refine', type=non_negative_int, default=0, metavar='N',
                    help="mmdcs's measured corrections (as tools/export_subnet.py --refine)")
-    p.add_argument('--prior', default=None, metavar='NAME',
-                   help="how mmdcs's ranking weighs the units: flops (by the FLOPs an element "
-                   'does, the default), cost (by its average time per element), params, or '
-                   'none (as tools/analysis/latency.py --prior)')
+    add_prior_argument(p, "mmdcs's export")
     p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
     p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--seed', type=seed, default=0)

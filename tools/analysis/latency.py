@@ -76,9 +76,10 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
 
-from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, batch_size,
-                               non_negative_float, non_negative_int, positive_int, positive_size,
-                               run_program, seed, thread_count, unit_ratio, user_errors)
+from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_prior_argument,
+                               batch_size, non_negative_float, non_negative_int, positive_int,
+                               positive_size, run_program, seed, thread_count, unit_ratio,
+                               user_errors)
 from mmdcs.apis.outputs import (add_force_argument, check_output_file, refuse_overwrite,
                                 write_texts)
 from mmdcs.models.backbones.base import VARIANTS
@@ -116,10 +117,7 @@ def parse_args(argv=None):
                    'table\'s subnet as it is)')
     p.add_argument('--dtype', choices=('fp32', 'fp16', 'bf16'), default='fp32',
                    help='with --target-latency: the dtype of the table and the timing')
-    p.add_argument('--prior', default=None, metavar='NAME',
-                   help='with --target-latency: how the ranking weighs the units: flops (by '
-                   'the FLOPs an element does, the default), cost (by its average time per '
-                   'element), params, or none (docs/budgets.md)')
+    add_prior_argument(p, 'with --target-latency')
     p.add_argument('--select-hidden', nargs='?', const=True, default=False, choices=[True, 'all'],
                    help='with --target-flops or --target-latency: also prune every MLP\'s '
                    'hidden units; "all": '

@@ -206,8 +206,6 @@ class ChannelSelectionClassifier(ImageClassifier):
                               'select_heads do)')
         budget = linear.check_target(target[resource], f'cost.target.{resource}')
         self._budget = linear
-        # the projection ranks as the export does (a latency budget: by the FLOPs an element does)
-        self._prior = build_prior(None, self, size, linear)
         # the Lagrange multiplier μ: state of the search (saved in checkpoints, resumed)
         self.register_buffer('cost_mu', torch.zeros(()), persistent=True)
         self._selectors = {n: m.select for n, m in prunable_modules(self.backbone).items()}
@@ -329,11 +327,13 @@ class ChannelSelectionClassifier(ImageClassifier):
         (:func:`~mmdcs.selection.budget_search.project_to_budget`). Returns its report, with
         ratios ``before`` / ``after`` of the baseline and the ``target``."""
         t = self.cost_cfg['target']
+        # ranked as the export ranks (a latency budget: by the FLOPs an element does)
+        prior = build_prior(None, self, t['input_size'], self._budget)
         rep = project_to_budget(self._budget, self._selectors, t['budget'],
                                 self._hidden_selectors,
                                 head_selectors=self._head_selectors or None,
                                 nested=nested_channels(self.backbone, self._head_selectors),
-                                prior=self._prior)
+                                prior=prior)
         base = self._budget.baseline
         return dict(rep, target=t['ratio'], before_ratio=rep['before'] / base,
                     after_ratio=rep['after'] / base)
