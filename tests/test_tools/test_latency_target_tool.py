@@ -149,8 +149,10 @@ def test_prior(synthetic, tmp_path, capsys):
     """The units are weighed by the FLOPs an element does unless --prior says otherwise
     (recorded in the subnet); a prior that is no counted resource is one line before anything
     is timed; --prior goes with --target-latency."""
+    tables = str(tmp_path / 'tables')  # the table measured once, read back by the next runs
     for argv, prior in (([], 'flops'), (['--prior', 'cost'], 'cost'), (['--prior', 'none'], None)):
-        (row, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7'] + argv)
+        (row, ) = load_tool(TOOL).main(ARGS + ['--target-latency', '0.7', '--tables', tables]
+                                       + argv)
         assert row['spec']['meta']['budget']['prior'] == prior
         assert abs(row['predicted_ratio'] - 0.7) <= 0.01
     for argv, match in ((['--target-latency', '0.7', '--prior', 'latency'],
