@@ -78,6 +78,9 @@ def parse_args(argv=None):
                    help="mmdcs's measured corrections (as tools/export_subnet.py --refine)")
     add_prior_argument(p, "mmdcs's export")
     p.add_argument('--repeats', type=positive_int, default=21, help='timed rounds (medians)')
+    p.add_argument('--table-rounds', type=positive_int, default=5,
+                   help="interleaved rounds per grid point of a table measured here (default 5, "
+                        'as tools/analysis/latency_table.py --rounds)')
     p.add_argument('--warmup', type=non_negative_int, default=3)
     p.add_argument('--seed', type=seed, default=0)
     p.add_argument('--system-malloc', action='store_true',
@@ -104,7 +107,7 @@ def run(args):
         peers=args.peers,
         round_to=args.round_to, tol=args.tol, repeats=args.repeats, warmup=args.warmup,
         seed=args.seed, batch=args.batch, runtime=args.runtime, runtimes=args.also_runtimes,
-        match=args.match, refine=args.refine, prior=args.prior,
+        match=args.match, refine=args.refine, prior=args.prior, table_rounds=args.table_rounds,
         progress=lambda line: print(line, flush=True))
     rows = [r for res in results for r in res['rows']]
     text = format_peer_benchmark(rows)
