@@ -24,8 +24,7 @@ breakdown (``torch.profiler``) to find where they part.
 * :func:`module_scaling` — where the two ratios part, by leaf module (narrowed / unchanged /
   added / outside), with the latency ratio the FLOPs can buy on the device.
 * :func:`theta_fusion_timing` — DCS: qkv and Linear_θ as two matmuls vs one fused matmul.
-* :func:`keep_freed_memory` — glibc keeps freed memory while timing (no page faults per forward);
-  :func:`large_blocks_mapped` — not while a runtime with its own arena runs.
+* :func:`keep_freed_memory` — glibc keeps freed memory while timing (no page faults per forward).
 """
 import contextlib
 import ctypes
@@ -55,22 +54,8 @@ DEFAULT_TOLERANCE = 0.05
 
 #: glibc ``mallopt`` parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-#: glibc's default M_MMAP_MAX (how many blocks it may map at once)
-_GLIBC_MMAP_MAX = 65536
 #: what :func:`keep_freed_memory` did to the allocator of this process (see environment_note)
 _ALLOCATOR = {'state': 'system default'}
-
-
-def _glibc_mallopt():
-    """glibc's ``mallopt`` (argument types set), or None where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library('c'))
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # glibc only
-    except (OSError, AttributeError, TypeError):
-        return None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return mallopt
 
 
 def keep_freed_memory() -> bool:
@@ -85,37 +70,20 @@ def keep_freed_memory() -> bool:
     pruned one). Allocators meant for inference (jemalloc, tcmalloc, PyTorch's CUDA caching
     allocator) keep freed memory; this does the same with glibc: ``mallopt(M_MMAP_MAX, 0)``
     (large blocks come from the heap) and ``mallopt(M_TRIM_THRESHOLD, 2**31 - 1)`` (the heap is
-    not shrunk). Process-wide and for the rest of the process, but for a runtime with an arena
-    of its own (onnxruntime: :func:`large_blocks_mapped` while it runs). Returns False (and
-    changes nothing) where the C library is not glibc."""
-    mallopt = _glibc_mallopt()
-    if mallopt is None:
+    not shrunk). Process-wide and for the rest of the process. Returns False (and changes
+    nothing) where the C library is not glibc."""
+    name = ctypes.util.find_library('c')
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # glibc only
+    except (OSError, AttributeError, TypeError):
         return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     ok = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
     if ok:
         _ALLOCATOR['state'] = 'glibc keeping freed memory (mallopt: no mmap, no trim)'
     return ok
-
-
-@contextlib.contextmanager
-def large_blocks_mapped():
-    """Inside: glibc maps large blocks again (its default ``M_MMAP_MAX``) where
-    :func:`keep_freed_memory` turned that off; after: off again. For a runtime that keeps its
-    own memory (onnxruntime's arena): with its arena's chunks taken from the heap at whatever
-    offset the heap was at, one session of ViT-S/16 at batch 16 ran 0.65-0.78 of its baseline's
-    session's time and the next another (8 pairs of sessions; 0.68-0.72 with the chunks mapped,
-    as a process that never called :func:`keep_freed_memory` runs; docs/benchmarks.md)."""
-    mallopt = _glibc_mallopt() if _ALLOCATOR['state'] != 'system default' else None
-    if mallopt is None or _ALLOCATOR.get('mapped'):
-        yield
-        return
-    mallopt(_M_MMAP_MAX, _GLIBC_MMAP_MAX)
-    _ALLOCATOR['mapped'] = True
-    try:
-        yield
-    finally:
-        mallopt(_M_MMAP_MAX, 0)
-        _ALLOCATOR['mapped'] = False
 
 
 @contextlib.contextmanager

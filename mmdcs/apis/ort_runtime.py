@@ -20,13 +20,14 @@ import shutil
 import tempfile
 import weakref
 from collections import OrderedDict
+from contextlib import nullcontext
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from mmdcs.analysis.latency import large_blocks_mapped, register_runtime
+from mmdcs.analysis.latency import register_runtime
 from .deploy import DEFAULT_OPSET, ExportWrapper, export_onnx, ort_session
 
 #: how many keyed sessions an onnxruntime runtime keeps open (the rest reopen from their file)
@@ -154,9 +155,7 @@ class OrtRuntime:
         return path, x.detach().cpu().float().contiguous().numpy()
 
     def running(self):
-        """The sessions' arenas keep their memory: glibc maps their large chunks (page-aligned,
-        as in a process that never called :func:`~mmdcs.analysis.latency.keep_freed_memory`)."""
-        return large_blocks_mapped()
+        return nullcontext()
 
     def identity(self) -> dict:
         return dict(name=self.name, version=self.version,
@@ -164,8 +163,7 @@ class OrtRuntime:
                                  execution_mode='ORT_SEQUENTIAL',
                                  graph_optimization_level='ORT_ENABLE_ALL',
                                  providers=list(self.providers), exporter='dynamo',
-                                 opset=DEFAULT_OPSET,
-                                 allocator="the session's arena, its chunks mapped by glibc"))
+                                 opset=DEFAULT_OPSET))
 
 
 class TensorRTRuntime(OrtRuntime):

@@ -410,27 +410,3 @@ def test_onnxruntime_keeps_a_bounded_number_of_sessions_and_exports_each_key_onc
     assert len(exports) == 4 and list(rt._live) == ['k3', 'k0']
     assert_close_scaled(torch.from_numpy(again()[0]), torch.from_numpy(first[0]), 1e-6)
     assert rt.prepare(mods[3], (x, ), key='k3') is rt._live['k3']
-
-
-def test_onnxruntime_runs_with_glibc_mapping_its_arenas_chunks(monkeypatch):
-    """After keep_freed_memory (glibc serves no block by mmap), onnxruntime's sessions run with
-    glibc's default M_MMAP_MAX (their arenas' chunks page-aligned: from the heap, a session's
-    speed depended on where the heap was, docs/benchmarks.md), nested runs set it once, and the
-    process keeps freed memory again after; a process that never kept it is left alone."""
-    import mmdcs.analysis.latency as lat
-    import mmdcs.apis.ort_runtime as ortr
-    calls = []
-    monkeypatch.setattr(lat, '_glibc_mallopt', lambda: lambda k, v: (calls.append((k, v)), 1)[1])
-    monkeypatch.setitem(lat._ALLOCATOR, 'state', 'system default')
-    rt = ortr.OrtRuntime(threads=1)
-    with rt.running():
-        pass
-    assert calls == []
-    monkeypatch.setitem(lat._ALLOCATOR, 'state', 'glibc keeping freed memory')
-    with rt.running():
-        assert calls == [(lat._M_MMAP_MAX, lat._GLIBC_MMAP_MAX)]
-        with rt.running():
-            assert len(calls) == 1
-        assert len(calls) == 1
-    assert calls[-1] == (lat._M_MMAP_MAX, 0) and len(calls) == 2
-    assert not lat._ALLOCATOR.get('mapped')
