@@ -100,6 +100,7 @@ def test_a_run_reads_the_kept_table_and_writes_the_rows(monkeypatch, tmp_path, c
     assert seen['input_size'] == (32, 32) and seen['threads'] == 1 and seen['batch'] == 1
     assert seen['runtime'].name == 'torch' and seen['match'] == 'flops'
     assert seen['peers'] == ['hidden', 'hidden+heads'] and seen['round_to'] == 8
+    assert seen['table_rounds'] == 5
     line = ('| deit-tiny | 1 | Torch-Pruning hidden | 0.700 | 0.680 | 0.720 | 0.710 | 10.00 | '
             '7.20 |')
     assert line in printed and line in out.read_text()
@@ -114,5 +115,7 @@ def test_variant_names_the_table_and_reaches_the_benchmark(monkeypatch, tmp_path
     and the benchmark gets the variant."""
     tables, kept, seen = _stubbed_run(monkeypatch, tmp_path,
                                       'deit-tiny_dcs-hidden-all_32x32_b1_t1_cpu_fp32.json')
-    load_tool(TOOL).main(ARGS + ['--tables', str(tables), '--variant', 'dcs'])
+    load_tool(TOOL).main(ARGS + ['--tables', str(tables), '--variant', 'dcs',
+                                 '--table-rounds', '3'])
     assert seen['variant'] == 'dcs' and seen['table'] == {'read': str(kept)}
+    assert seen['table_rounds'] == 3
