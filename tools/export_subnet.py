@@ -53,7 +53,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from mmdcs.apis.launch import (ConfigOptions, ToolParser, UserError, add_prior_argument,
                                add_trust_flag, non_negative_float, non_negative_int, positive_int,
-                               positive_size, run_program, seed, set_checkpoint_trust, thread_count, user_errors)
+                               positive_size, run_program, seed, set_checkpoint_trust,
+                               thread_count, user_errors)
 from mmdcs.apis.outputs import add_force_argument
 import mmdcs.models.counting  # noqa: F401  (registers the budget resources)
 from mmdcs.selection.budget import (LATENCY_REFINE, LATENCY_TOLERANCE, resource_help,

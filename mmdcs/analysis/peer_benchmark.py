@@ -564,8 +564,7 @@ def _ours(arch, target, kw: dict, runtime, measured: bool, timing: dict) -> dict
     predicted = float(spec.meta['budget']['achieved_ratio'])
     prior = spec.meta['budget'].get('prior', 'cost') or 'none'
     meta = dict(method=f'mmdcs {variant} + hidden (latency target {target:g}, prior {prior})',
-                name='mmdcs',
-                base='mmdcs baseline', flops_ratio=flops,
+                name='mmdcs', base='mmdcs baseline', flops_ratio=flops,
                 params_ratio=count_params(pruned) / count_params(base),
                 predicted_ratio=predicted, measured_ratio=measured_ratio, pruning_ratio=None,
                 heads_ratio=None, match=None)
